@@ -1,0 +1,48 @@
+// Reduction operators (NumPy NaN semantics) and warp / group / block reductions built on shuffles.
+#pragma once
+#include "types.cuh"
+
+template <typename A> __device__ __forceinline__ A lowest();
+template <> __device__ __forceinline__ float lowest<float>() { return __int_as_float(0xff800000); }
+template <> __device__ __forceinline__ double lowest<double>() { return __longlong_as_double(0xfff0000000000000ULL); }
+template <> __device__ __forceinline__ long long lowest<long long>() { return (long long)0x8000000000000000ULL; }
+template <typename A> __device__ __forceinline__ A highest();
+template <> __device__ __forceinline__ float highest<float>() { return __int_as_float(0x7f800000); }
+template <> __device__ __forceinline__ double highest<double>() { return __longlong_as_double(0x7ff0000000000000ULL); }
+template <> __device__ __forceinline__ long long highest<long long>() { return 0x7fffffffffffffffLL; }
+
+struct SumOp {
+  template <typename A> static __device__ __forceinline__ A identity() { return A(0); }
+  template <typename A> static __device__ __forceinline__ A combine(A a, A b) { return a + b; }
+};
+// a != a is true only for NaN, so NaN wins from either side (like numpy.max).
+struct MaxOp {
+  template <typename A> static __device__ __forceinline__ A identity() { return lowest<A>(); }
+  template <typename A> static __device__ __forceinline__ A combine(A a, A b) { return (a > b || a != a) ? a : b; }
+};
+struct MinOp {
+  template <typename A> static __device__ __forceinline__ A identity() { return highest<A>(); }
+  template <typename A> static __device__ __forceinline__ A combine(A a, A b) { return (a < b || a != a) ? a : b; }
+};
+
+// Butterfly over `width` consecutive lanes (a power of two <= 32); every lane gets the result.
+// `mask` names the lanes taking part (a sub-warp group whose partners may have left a loop).
+template <typename Op, typename A>
+__device__ __forceinline__ A group_reduce(A v, int width, unsigned mask = 0xffffffffu) {
+  for (int offset = width / 2; offset > 0; offset /= 2) v = Op::combine(v, __shfl_xor_sync(mask, v, offset, width));
+  return v;
+}
+
+// Whole-block reduction (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+// Fixed combination order: deterministic. Ends with a barrier so `scratch` may be reused.
+template <typename Op, typename A>
+__device__ __forceinline__ A block_reduce(A v, A* scratch /* >= 32 entries */) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = group_reduce<Op>(v, 32);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : Op::template identity<A>();
+  v = group_reduce<Op>(v, 32);
+  __syncthreads();
+  return v;
+}

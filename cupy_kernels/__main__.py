@@ -1,0 +1,109 @@
+"""`python -m cupy_kernels check | bench [--op NAME] [--quick] | info`"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+ARCHS = ("sm_80", "sm_90")
+
+
+def gpu_count() -> int:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        return 0
+
+
+def load_ops():
+    """Import every ops module, so each declares its kernels."""
+    import importlib
+    import pkgutil
+
+    from . import ops
+    from ._runtime import KernelSource
+
+    for m in pkgutil.iter_modules(ops.__path__):
+        importlib.import_module(f"{ops.__name__}.{m.name}")
+    return KernelSource.registry
+
+
+def check(archs=ARCHS) -> int:
+    """Compile every declared kernel offline (NVRTC, no GPU); print registers/spills; 1 on any failure."""
+    from ._runtime import KernelCompileError, all_sources, compile_offline
+
+    registry = load_ops()
+    failures = []
+    undeclared = [s for s in all_sources() if s not in registry]
+    if undeclared:
+        failures.append(f"cu_src files no ops module declares: {undeclared}")
+    print(f"{'source':<18} {'arch':<6} {'kernels':>7} {'max regs':>8} {'spill B':>8} {'stack B':>8} {'max smem':>8}")
+    for name, source in sorted(registry.items()):
+        for arch in archs:
+            try:
+                reports = compile_offline(source, arch)
+            except KernelCompileError as e:
+                failures.append(str(e))
+                print(f"{name:<18} {arch:<6} FAILED")
+                continue
+            spills = [r for r in reports if r.spill_bytes]
+            print(f"{name:<18} {arch:<6} {len(reports):>7} {max(r.registers for r in reports):>8} "
+                  f"{sum(r.spill_bytes for r in reports):>8} {max(r.stack_bytes for r in reports):>8} "
+                  f"{max(r.shared_bytes for r in reports):>8}")
+            failures += [f"{name} {arch} {r.kernel}: {r.spill_bytes} bytes spilled" for r in spills]
+    for f in failures:
+        print("FAIL:", f, file=sys.stderr)
+    print("offline compile check:", "FAILED" if failures else "ok")
+    return 1 if failures else 0
+
+
+def info() -> int:
+    import platform
+
+    from ._runtime import cu_src_dir, cuda_include_dir
+
+    print("python", platform.python_version())
+    for mod in ("numpy", "cupy", "torch", "cuda.core"):
+        try:
+            m = __import__(mod, fromlist=["_"])
+            print(mod, getattr(m, "__version__", "?"))
+        except Exception as e:
+            print(mod, "unavailable:", type(e).__name__)
+    print("cu_src", cu_src_dir())
+    print("CUDA include", cuda_include_dir())
+    n = gpu_count()
+    print("GPUs", n)
+    if n:
+        from ._runtime import properties
+
+        for i in range(n):
+            print(" ", properties(i))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cupy_kernels")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("check", help="compile every kernel offline for sm_80 and sm_90 (no GPU needed)")
+    b = sub.add_parser("bench", help="benchmark the ops against torch and CuPy; writes benchmarks/")
+    b.add_argument("--op", action="append", help="suite name (repeatable); default: all")
+    b.add_argument("--quick", action="store_true", help="fewer shapes")
+    b.add_argument("--out", default="benchmarks", help="directory for <device>.json/.md/.png ('' to skip)")
+    sub.add_parser("info", help="versions, paths and devices")
+    args = parser.parse_args(argv)
+    if args.cmd == "check":
+        return check()
+    if args.cmd == "info":
+        return info()
+    if gpu_count() == 0:
+        print("No CUDA device here: nothing to benchmark. Running the offline compile check instead.")
+        return check()
+    from .bench.report import run
+
+    run(args.op, args.quick, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

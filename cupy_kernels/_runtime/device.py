@@ -1,0 +1,62 @@
+"""Launch geometry from the device's properties: computed in one place."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+DEFAULT_SHARED_LIMIT = 48 * 1024  # a block gets more only after opting in per kernel
+
+
+@dataclass(frozen=True)
+class DeviceProps:
+    id: int
+    name: str
+    cc: int  # 90 for sm_90
+    sm_count: int
+    max_threads_per_block: int
+    max_threads_per_sm: int
+    shared_per_block_optin: int
+    l2_bytes: int
+
+    def resident_blocks(self, threads_per_block: int, per_sm_cap: int = 32) -> int:
+        """How many blocks of this size fill the chip once (thread-limited)."""
+        per_sm = max(1, min(per_sm_cap, self.max_threads_per_sm // threads_per_block))
+        return per_sm * self.sm_count
+
+
+@functools.lru_cache(maxsize=None)
+def properties(device_id: int) -> DeviceProps:
+    import cupy
+
+    p = cupy.cuda.runtime.getDeviceProperties(device_id)
+    name = p["name"]
+    return DeviceProps(
+        id=device_id,
+        name=name.decode() if isinstance(name, bytes) else str(name),
+        cc=10 * p["major"] + p["minor"],
+        sm_count=p["multiProcessorCount"],
+        max_threads_per_block=p["maxThreadsPerBlock"],
+        max_threads_per_sm=p["maxThreadsPerMultiProcessor"],
+        shared_per_block_optin=p.get("sharedMemPerBlockOptin", DEFAULT_SHARED_LIMIT),
+        l2_bytes=p["l2CacheSize"],
+    )
+
+
+def current() -> DeviceProps:
+    import cupy
+
+    return properties(cupy.cuda.Device().id)
+
+
+def use_shared_memory(kernel, nbytes: int, what: str = "kernel") -> None:
+    """Opt `kernel` in to `nbytes` of dynamic shared memory (above 48 KB needs the attribute)."""
+    props = current()
+    if nbytes > props.shared_per_block_optin:
+        raise ValueError(f"{what} needs {nbytes} bytes of shared memory per block; "
+                         f"{props.name} allows at most {props.shared_per_block_optin}")
+    if nbytes > DEFAULT_SHARED_LIMIT and getattr(kernel, "max_dynamic_shared_size_bytes", 0) < nbytes:
+        kernel.max_dynamic_shared_size_bytes = nbytes
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)

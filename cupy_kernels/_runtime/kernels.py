@@ -1,0 +1,126 @@
+"""Compiling cu_src files: at run time through cupy.RawModule (NVRTC), offline through cuda.core."""
+from __future__ import annotations
+
+import io
+import re
+import threading
+from dataclasses import dataclass
+
+from .sources import cuda_include_dir, read_source
+
+
+class KernelCompileError(RuntimeError):
+    """NVRTC rejected a cu_src file; the message names the file, the kernels and the compiler log."""
+
+
+class KernelSource:
+    """One cu_src file and the template instances the host code launches from it.
+
+    Each ops module declares the name expressions it may launch; every declared instance is built in
+    one module per (file, options, device), so `check` compiles offline exactly what runs.
+    """
+
+    registry: dict[str, "KernelSource"] = {}
+
+    def __init__(self, filename: str, options: tuple[str, ...] = ()):
+        self.filename = filename
+        self.options = tuple(options)
+        self.names: list[str] = []
+        self._modules: dict[int, object] = {}
+        self._lock = threading.Lock()
+        KernelSource.registry[filename] = self
+
+    def declare(self, names) -> None:
+        for n in names:
+            if n not in self.names:
+                self.names.append(n)
+
+    def runtime_options(self) -> tuple[str, ...]:
+        inc = cuda_include_dir()
+        return ("-std=c++17",) + ((f"-I{inc}",) if inc else ()) + self.options
+
+    def module(self):
+        """The compiled module for the current CuPy device (compiled once per process and device)."""
+        import cupy
+
+        dev = cupy.cuda.Device().id
+        mod = self._modules.get(dev)
+        if mod is None:
+            with self._lock:
+                mod = self._modules.get(dev)
+                if mod is None:
+                    mod = cupy.RawModule(code=read_source(self.filename), options=self.runtime_options(),
+                                         name_expressions=tuple(self.names))
+                    try:
+                        mod.compile()
+                    except Exception as e:  # cupy's CompileException carries the NVRTC log
+                        raise KernelCompileError(
+                            f"cu_src/{self.filename}: NVRTC failed compiling {len(self.names)} kernels "
+                            f"({', '.join(self.names[:4])}{', ...' if len(self.names) > 4 else ''}):\n{e}"
+                        ) from e
+                    self._modules[dev] = mod
+        return mod
+
+    def kernel(self, name: str):
+        if name not in self.names:
+            raise KeyError(f"cu_src/{self.filename}: kernel {name!r} was not declared by its ops module")
+        return self.module().get_function(name)
+
+    def load_all(self) -> None:
+        """Compile and load every declared kernel now (before a CUDA graph capture, say)."""
+        for n in self.names:
+            self.kernel(n)
+
+
+@dataclass
+class KernelReport:
+    source: str
+    arch: str
+    kernel: str
+    registers: int
+    spill_bytes: int
+    stack_bytes: int
+    shared_bytes: int
+
+
+_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(\w+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def compile_offline(source: KernelSource, arch: str) -> list[KernelReport]:
+    """Compile every declared kernel of `source` for `arch` (e.g. "sm_90") without a GPU; one report
+    per kernel (registers, spills, stack, static shared memory). Raises KernelCompileError."""
+    from cuda.core import Program, ProgramOptions
+
+    inc = cuda_include_dir()
+    defines = [o[2:] for o in source.options if o.startswith("-D")]
+    opts = ProgramOptions(arch=arch, std="c++17", include_path=[inc] if inc else None,
+                          ptxas_options="-v", define_macro=defines or None)
+    log = io.StringIO()
+    try:
+        program = Program(read_source(source.filename), "c++", opts)
+        code = program.compile("cubin", name_expressions=tuple(source.names), logs=log)
+    except Exception as e:
+        raise KernelCompileError(f"cu_src/{source.filename} for {arch}: {e}\n{log.getvalue()}") from e
+    mangled_to_name = {(v.decode() if isinstance(v, bytes) else v): k for k, v in code.symbol_mapping.items()}
+    reports: dict[str, KernelReport] = {}
+    current = None
+    for line in log.getvalue().splitlines():
+        if m := _ENTRY.search(line):
+            current = KernelReport(source.filename, arch, mangled_to_name.get(m.group(1), m.group(1)), 0, 0, 0, 0)
+            reports[current.kernel] = current
+        elif current is None:
+            continue
+        elif m := _FRAME.search(line):
+            current.stack_bytes = int(m.group(1))
+            current.spill_bytes = int(m.group(2)) + int(m.group(3))
+        elif m := _USED.search(line):
+            current.registers = int(m.group(1))
+            if s := _SMEM.search(line):
+                current.shared_bytes = int(s.group(1))
+    missing = [n for n in source.names if n not in reports]
+    if missing:
+        raise KernelCompileError(f"cu_src/{source.filename} for {arch}: no ptxas report for {missing}")
+    return [reports[n] for n in source.names]

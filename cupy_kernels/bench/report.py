@@ -1,0 +1,148 @@
+"""Run suites, print the table, write benchmarks/<device>.{json,md,png}."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from . import load_suites
+from .timing import Timer, copy_bandwidth
+
+
+def _commit() -> str:
+    if os.environ.get("CUPY_KERNELS_COMMIT"):
+        return os.environ["CUPY_KERNELS_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, check=True).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
+def run(ops=None, quick=False, out_dir="benchmarks", progress=True) -> dict:
+    import cupy
+
+    from .._runtime import current
+
+    suites = load_suites()
+    names = list(suites) if not ops else ops
+    unknown = [n for n in names if n not in suites]
+    if unknown:
+        raise SystemExit(f"unknown benchmark {unknown}; known: {', '.join(suites)}")
+    timer = Timer()
+    props = current()
+    copy_bw = copy_bandwidth(timer)
+    print(f"{props.name}: device-to-device copy {copy_bw / 1e12:.2f} TB/s (read + written)")
+    rows = []
+    for name in names:
+        groups = suites[name](quick)
+        try:
+            from tqdm import tqdm
+
+            groups = tqdm(groups, desc=name, disable=not progress, leave=False)
+        except ImportError:
+            pass
+        for g in groups:
+            times = {}
+            for label, fn in g.impls.items():
+                try:
+                    times[label] = timer(fn)
+                except Exception as e:  # a peer that cannot run this case (too large, unsupported)
+                    times[label] = None
+                    print(f"  {g.op} {g.shape} {g.dtype} {label}: {type(e).__name__}: {str(e)[:120]}")
+            ours = times[g.ours]
+            for label, ms in times.items():
+                row = dict(suite=name, op=g.op, shape=g.shape, dtype=g.dtype, impl=label, ours=label == g.ours,
+                           ms=ms, note=g.note)
+                if ms:
+                    if g.bytes:
+                        row["GB/s"] = g.bytes / (ms * 1e-3) / 1e9
+                        row["copy_frac"] = g.bytes / (ms * 1e-3) / copy_bw
+                    if g.flops:
+                        row["TFLOP/s"] = g.flops / (ms * 1e-3) / 1e12
+                    if ours:
+                        row["ours_speedup"] = ms / ours  # > 1: ours is faster than this impl
+                rows.append(row)
+            cupy.get_default_memory_pool().free_all_blocks()
+    result = dict(device=props.name, date=datetime.datetime.now().isoformat(timespec="seconds"),
+                  commit=_commit(), copy_TBps=copy_bw / 1e12, cupy=cupy.__version__, rows=rows)
+    print(markdown(result))
+    if out_dir:
+        write(result, Path(out_dir))
+    return result
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+
+
+def write(result: dict, out_dir: Path) -> None:
+    """Merge into benchmarks/<device>.json (rows of the suites run replace their old rows), then
+    rewrite the .md and .png from the merged set."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{_slug(result['device'])}.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        ran = {r["suite"] for r in result["rows"]}
+        kept = [r for r in old.get("rows", []) if r["suite"] not in ran]
+        result = dict(result, rows=kept + result["rows"])
+    path.write_text(json.dumps(result, indent=1))
+    path.with_suffix(".md").write_text(markdown(result))
+    try:
+        plot(result, path.with_suffix(".png"))
+    except ImportError:
+        pass
+
+
+def _fmt(v, spec):
+    return "" if v is None else format(v, spec)
+
+
+def markdown(result: dict) -> str:
+    lines = [f"# {result['device']}", "",
+             f"{result['date']}, commit {result['commit']}, CuPy {result.get('cupy', '?')}; device-to-device copy "
+             f"{result['copy_TBps']:.2f} TB/s (read + written). Times are medians of device events after an "
+             "L2 flush; `x ours` > 1 means ours is that many times faster.", ""]
+    suite = None
+    for r in result["rows"]:
+        if r["suite"] != suite:
+            suite = r["suite"]
+            lines += ["", f"## {suite}", "", "| op | shape | dtype | impl | ms | GB/s | of copy | TFLOP/s | x ours |",
+                      "|---|---|---|---|---:|---:|---:|---:|---:|"]
+        impl = f"**{r['impl']}**" if r["ours"] else r["impl"]
+        lines.append(f"| {r['op']} | {r['shape']} | {r['dtype']} | {impl} | {_fmt(r['ms'], '.4f')} | "
+                     f"{_fmt(r.get('GB/s'), '.0f')} | {_fmt(r.get('copy_frac'), '.1%')} | "
+                     f"{_fmt(r.get('TFLOP/s'), '.1f')} | {_fmt(None if r['ours'] else r.get('ours_speedup'), '.2f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["rows"] if r.get("copy_frac")]
+    cases = list(dict.fromkeys(f"{r['op']} {r['shape']} {r['dtype']}" for r in rows))
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(8, 0.5 * len(cases)), 5))
+    width = 0.8 / max(1, len(impls))
+    for i, impl in enumerate(impls):
+        xs, ys = [], []
+        for r in rows:
+            if r["impl"] == impl:
+                xs.append(cases.index(f"{r['op']} {r['shape']} {r['dtype']}") + i * width)
+                ys.append(r["copy_frac"])
+        ax.bar(xs, ys, width, label=impl)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))])
+    ax.set_xticklabels(cases, rotation=70, ha="right", fontsize=7)
+    ax.set_ylabel("fraction of copy bandwidth")
+    ax.set_title(f"{result['device']} ({result['date'][:10]}, {result['commit']})")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

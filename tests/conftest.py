@@ -1,0 +1,77 @@
+"""Shared test helpers: GPU detection, fresh random inputs, float64 references, error measures."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def _gpu_count() -> int:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        return 0
+
+
+HAS_GPU = _gpu_count() > 0
+try:
+    import torch
+
+    HAS_TORCH_CUDA = HAS_GPU and torch.cuda.is_available()
+except ImportError:
+    torch = None
+    HAS_TORCH_CUDA = False
+
+gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device (none found: cupy reports no GPU)")
+torch_gpu = pytest.mark.skipif(not HAS_TORCH_CUDA, reason="needs torch with a CUDA device")
+
+FLOATS = ("float32", "float16", "bfloat16")
+ODD_SIZES = (1, 3, 127, 1000, 4097)
+
+
+def rng():
+    """A fresh generator per call: every test draws new inputs."""
+    return np.random.default_rng()
+
+
+def cupy_array(a: np.ndarray, dtype: str):
+    """Host float64 data on the GPU in `dtype` (bfloat16 through torch when CuPy lacks it)."""
+    import cupy
+
+    from cupy_kernels._runtime import cupy_dtype
+
+    return cupy.asarray(a.astype(cupy_dtype(dtype)))
+
+
+def to_f64(x) -> np.ndarray:
+    """Any device array (CuPy, torch, bfloat16 included) as a host float64 array."""
+    from cupy_kernels._runtime import is_torch
+
+    if is_torch(x):
+        return x.detach().to(torch.float64).cpu().numpy()
+    import cupy
+
+    return cupy.asnumpy(x).astype(np.float64)
+
+
+def rel_err(got, ref) -> float:
+    """||got - ref|| / ||ref|| in float64; NaN in got where ref has none counts as infinite."""
+    got = np.asarray(to_f64(got) if not isinstance(got, np.ndarray) else got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    assert got.shape == ref.shape, f"shape {got.shape} != reference {ref.shape}"
+    if np.isnan(got).any() != np.isnan(ref).any() or (np.isnan(got) != np.isnan(ref)).any():
+        return float("inf")
+    got, ref = np.nan_to_num(got, nan=0.0), np.nan_to_num(ref, nan=0.0)
+    denom = np.linalg.norm(ref)
+    return float(np.linalg.norm(got - ref) / (denom if denom else 1.0))
+
+
+def rounded(a: np.ndarray, dtype: str) -> np.ndarray:
+    """Values as the device will see them after rounding to `dtype` (references use these inputs)."""
+    from cupy_kernels._runtime import cupy_dtype
+
+    return a.astype(cupy_dtype(dtype)).astype(np.float64)
+
+
+TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
