@@ -96,7 +96,7 @@ def compile_offline(source: KernelSource, arch: str) -> list[KernelReport]:
 
     inc = cuda_include_dir()
     defines = [o[2:] for o in source.options if o.startswith("-D")]
-    opts = ProgramOptions(arch=arch, std="c++17", include_path=[inc] if inc else None,
+    opts = ProgramOptions(name=source.filename, arch=arch, std="c++17", include_path=[inc] if inc else None,
                           ptxas_options="-v", define_macro=defines or None)
     log = io.StringIO()
     try:
