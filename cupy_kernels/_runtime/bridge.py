@@ -139,6 +139,7 @@ def to_cupy(x):
         return x
     import cupy
 
+    x = x.detach()  # kernels run below autograd; DLPack refuses tensors that require grad
     if x.dtype == _torch().bool:
         return cupy.from_dlpack(x.view(_torch().uint8)).view(cupy.bool_)
     return cupy.from_dlpack(x)

@@ -1,5 +1,7 @@
-"""Device-event timing with an L2 flush before every repetition (no cache hits, and the flush keeps
-the GPU busy while the host enqueues the timed call, so host overhead stays out of small timings)."""
+"""Device-event timing with an L2 flush before every repetition: no cache hits, and the flush keeps
+the GPU busy while the host enqueues the timed call, so host overhead stays out of small timings.
+The flush READS a 512 MB buffer: a write flush (triton's do_bench zeroes one) leaves up to an L2 of dirty
+lines whose write-back lands inside the next timed call (scripts/flush_ab.py measures the effect)."""
 from __future__ import annotations
 
 import statistics
@@ -10,7 +12,8 @@ class Timer:
         import cupy
 
         self.cupy = cupy
-        self.flush = cupy.empty(flush_bytes // 4, dtype=cupy.float32)
+        self.flush = cupy.ones(flush_bytes // 4, dtype=cupy.float32)
+        self.flushed = cupy.empty((), dtype=cupy.float32)
 
     def __call__(self, fn, warmup: int = 3, min_reps: int = 10, max_reps: int = 100, budget_ms: float = 400.0) -> float:
         """Median milliseconds of fn() over repetitions."""
@@ -21,7 +24,7 @@ class Timer:
         times = []
         spent = 0.0
         while len(times) < max_reps and (len(times) < min_reps or spent < budget_ms):
-            self.flush.fill(len(times))
+            cp.sum(self.flush, out=self.flushed)
             start, end = cp.cuda.Event(), cp.cuda.Event()
             start.record()
             fn()
