@@ -60,18 +60,27 @@ __device__ __forceinline__ A segment_partial(const T* __restrict__ p, long long 
   return acc[0];
 }
 
+// Reduce over the `group` threads of a row group (any power of two <= blockDim.x); all get the result.
+template <typename Op, typename A>
+__device__ __forceinline__ A row_group_reduce(A v, A* scratch, int group, unsigned mask) {
+  return group > 32 ? multiwarp_reduce<Op>(v, scratch, group) : group_reduce<Op>(v, group, mask);
+}
+
 // Row reduction of a C-contiguous (rows, n) matrix, each row cut into `splits` chunks of `chunk`.
-// Launch: 1-D grid of 256-thread blocks; a group of `group` threads (power of two; 256 = the block)
-// reduces one (row, chunk) segment and grid-strides over rows * splits segments; y[row * splits + s].
-// Any size (64-bit indices), any element alignment. With splits > 1, Out is the accumulator type
-// and a second launch (splits as n) finishes the rows.
+// Launch: 1-D grid of 256-thread blocks; a group of `group` threads (a power of two <= 256) reduces
+// one (row, chunk) segment and grid-strides over rows * splits segments. Any size (64-bit indices),
+// any element alignment. With splits > 1 each segment publishes its partial; the last segment of a
+// row to arrive (counted in `arrivals`, which it resets to 0) combines the row's partials in a fixed
+// order and writes y[row]: one launch, deterministic, no floating-point atomics.
 template <int OP, typename T, typename Out>
-__global__ void __launch_bounds__(256, 2) reduce_rows(const T* __restrict__ x, Out* __restrict__ y, long long rows,
-                                                   long long n, unsigned splits, long long chunk, int group,
-                                                   typename AccOf<T>::type scale) {
+__global__ void __launch_bounds__(256, 2) reduce_rows(const T* __restrict__ x, Out* __restrict__ y,
+                                                      typename AccOf<T>::type* partial, unsigned* arrivals,
+                                                      long long rows, long long n, unsigned splits, long long chunk,
+                                                      int group, typename AccOf<T>::type scale) {
   typedef typename AccOf<T>::type A;
   typedef typename OpOf<OP>::type Op;
-  __shared__ A scratch[32];
+  __shared__ A scratch[8];
+  __shared__ bool last_flag[8];
   const int lane = threadIdx.x & (group - 1);
   const unsigned groups_per_grid = gridDim.x * blockDim.x / group;
   const int warp_lane = threadIdx.x & 31;
@@ -79,8 +88,34 @@ __global__ void __launch_bounds__(256, 2) reduce_rows(const T* __restrict__ x, O
   for (RowPart at((blockIdx.x * blockDim.x + threadIdx.x) / group, splits, groups_per_grid); at.row < rows; at.advance()) {
     const long long begin = at.part * chunk, len = min(chunk, n - begin);
     A v = segment_partial<Op, T, A>(x + at.row * n + begin, len, lane, group);
-    v = group > 32 ? block_reduce<Op>(v, scratch) : group_reduce<Op>(v, group, mask);
-    if (lane == 0) y[at.row * splits + at.part] = finish<OP, Out>(v, scale);
+    v = row_group_reduce<Op>(v, scratch, group, mask);
+    if (splits == 1) {
+      if (lane == 0) y[at.row] = finish<OP, Out>(v, scale);
+      continue;
+    }
+    bool last = false;
+    if (lane == 0) {
+      partial[at.row * splits + at.part] = v;
+      __threadfence();  // the partial is visible before the arrival is counted
+      last = atomicAdd(arrivals + at.row, 1u) == splits - 1;
+    }
+    if (group > 32) {
+      if (lane == 0) last_flag[threadIdx.x / group] = last;
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + threadIdx.x / group), "r"(group) : "memory");
+      last = last_flag[threadIdx.x / group];
+    } else {
+      last = __shfl_sync(mask, last, warp_lane & ~(group - 1));
+    }
+    if (last) {  // uniform across the group
+      __threadfence();
+      A w = Op::template identity<A>();
+      for (long long i = lane; i < splits; i += group) w = Op::combine(w, __ldcg(partial + at.row * splits + i));
+      w = row_group_reduce<Op>(w, scratch, group, mask);
+      if (lane == 0) {
+        y[at.row] = finish<OP, Out>(w, scale);
+        arrivals[at.row] = 0;  // ready for the next launch on this stream
+      }
+    }
   }
 }
 

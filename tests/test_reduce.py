@@ -102,6 +102,26 @@ def test_misaligned_and_non_contiguous(dtype):
 
 
 @gpu
+@pytest.mark.parametrize("group", [1, 2, 4, 8, 16, 32, 64, 128, 256])
+def test_every_row_group_size(group):
+    from cupy_kernels._runtime import Call
+    from cupy_kernels.ops.reduce import _reduce_rows
+
+    for rows, n, dtype in ((3, 1, "float32"), (37, 1001, "float16"), (5, 4099, "bfloat16"), (2, 77777, "float64"),
+                           (300, 129, "int32")):
+        x, values = make((rows, n), dtype)
+        for op in ("sum", "max"):
+            with Call(op, x) as call:
+                y = call.empty((rows,), result_dtype(op, dtype))
+                _reduce_rows(call, op, x, y, dtype, rows, n, n, group=group)
+            ref = getattr(np, op)(values.astype(np.float64), axis=1)
+            if op == "max" or dtype == "int32":
+                np.testing.assert_array_equal(to_f64(y), ref)
+            else:
+                assert rel_err(y, ref) <= TOL[dtype], (rows, n, dtype)
+
+
+@gpu
 def test_deterministic_bits():
     x, _ = make((1 << 24) + 11, "float32")
     for axis in (None,):

@@ -46,3 +46,18 @@ __device__ __forceinline__ A block_reduce(A v, A* scratch /* >= 32 entries */) {
   __syncthreads();
   return v;
 }
+
+// Reduction over `group` consecutive threads spanning whole warps (64..1024, a power of two); every
+// thread of the group gets the result. Each group syncs on its own named barrier (ids 1..15), so
+// groups of one block may run different trip counts. scratch: one slot per warp of the block.
+template <typename Op, typename A>
+__device__ __forceinline__ A multiwarp_reduce(A v, A* scratch, int group) {
+  const int warp = threadIdx.x >> 5, first = (threadIdx.x & ~(group - 1)) >> 5, barrier = 1 + threadIdx.x / group;
+  v = group_reduce<Op>(v, 32);
+  if ((threadIdx.x & 31) == 0) scratch[warp] = v;
+  asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(group) : "memory");
+  v = scratch[first];
+  for (int w = 1; w < (group >> 5); ++w) v = Op::combine(v, scratch[first + w]);
+  asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(group) : "memory");
+  return v;
+}

@@ -55,7 +55,7 @@ def _declare():
     for op, dtypes in DTYPES.items():
         for t in dtypes:
             out, acc = result_dtype(op, t), ACC[t]
-            names += [_rows_name(op, t, out), _rows_name(_pass1_op(op), t, acc), _rows_name(op, acc, out)]
+            names.append(_rows_name(op, t, out))
             for vec in (1, _vec(t)):
                 names += [_cols_name(op, t, out, vec), _cols_name(_pass1_op(op), t, acc, vec)]
             for vec in (1, _vec(acc)):
@@ -75,40 +75,47 @@ def _scale(op, acc, count):
     return SCALAR[acc](1.0 / count if op == "mean" and count else 1)
 
 
-def _reduce_rows(call, op, x, y, dtype, rows, n, count):
-    """y[rows] <- op over each row of the contiguous (rows, n) data x; one or two launches."""
+def _reduce_rows(call, op, x, y, dtype, rows, n, count, group=None):
+    """y[rows] <- op over each row of the contiguous (rows, n) data x, in one launch."""
     props = current()
     acc, out = ACC[dtype], result_dtype(op, dtype)
     resident = props.resident_blocks(THREADS)
-    group = _row_group(n, dtype)
+    group = group or _row_group(rows, n, dtype, props)
     splits = 1
     if group == THREADS and rows < resident:
-        # Too few rows to fill the chip: cut each row into chunks, then reduce the chunks' partials.
-        # floor, not ceil: rows * splits <= one wave of blocks (a second, nearly empty wave costs ~8%).
+        # Too few rows to fill the chip: cut rows into chunks, whose partials the last chunk of each
+        # row combines. Floor, not ceil: rows * splits within one wave (a nearly empty second wave
+        # cost 8% on 256 x 262144).
         splits = builtins.max(1, builtins.min(resident // rows, n // (THREADS * _vec(dtype) * UNROLL)))
-    if splits == 1:
-        _rows_launch(_rows_name(op, dtype, out), x, y, rows, n, 1, n, group, _scale(op, acc, count), resident)
-        return
     chunk = ceil_div(ceil_div(n, splits), _vec(dtype)) * _vec(dtype)
     splits = ceil_div(n, chunk)
-    partial = call.empty((rows * splits,), acc)
-    _rows_launch(_rows_name(_pass1_op(op), dtype, acc), x, partial, rows, n, splits, chunk, group,
-                 _scale("sum", acc, 1), resident)
-    _rows_launch(_rows_name(op, acc, out), partial, y, rows, splits, 1, splits, _row_group(splits, acc),
-                 _scale(op, acc, count), resident)
-
-
-def _row_group(n, dtype):
-    """Threads per row: about one unrolled step of 16-byte loads each; a sub-warp or the block."""
-    want = ceil_div(ceil_div(n, _vec(dtype)), UNROLL)
-    group = 1 << builtins.max(0, math.ceil(math.log2(builtins.max(want, 1))))
-    return group if group <= 32 else THREADS
-
-
-def _rows_launch(name, x, y, rows, n, splits, chunk, group, scale, resident):
+    partial, arrivals = _row_workspace(call, resident) if splits > 1 else (None, None)
     blocks = builtins.min(ceil_div(rows * splits * group, THREADS), resident * 4)
-    _launch(name, (blocks,), (THREADS,), (x, y, np.int64(rows), np.int64(n), np.uint32(splits),
-                                          np.int64(chunk), np.int32(group), scale))
+    _launch(_rows_name(op, dtype, out), (blocks,), (THREADS,),
+            (x, y, partial, arrivals, np.int64(rows), np.int64(n), np.uint32(splits), np.int64(chunk),
+             np.int32(group), _scale(op, acc, count)))
+
+
+_workspaces: dict = {}
+
+
+def _row_workspace(call, resident):
+    """Per (device, stream): room for one wave of partials (any accumulator type) and the per-row
+    arrival counters, zeroed once; each launch leaves the counters at zero again. Create it before
+    CUDA graph capture: any reduction on the capturing stream does (a warm-up call)."""
+    import cupy
+
+    key = (call.device_id, cupy.cuda.get_current_stream().ptr)
+    ws = _workspaces.get(key)
+    if ws is None:
+        ws = _workspaces[key] = (cupy.empty(resident, dtype=cupy.float64), cupy.zeros(resident, dtype=cupy.uint32))
+    return ws
+
+
+def _row_group(rows, n, dtype, props):
+    """Threads per row: a power of two giving each thread about one unrolled step of 16-byte loads."""
+    want = ceil_div(ceil_div(n, _vec(dtype)), UNROLL)
+    return builtins.min(THREADS, 1 << builtins.max(0, math.ceil(math.log2(builtins.max(want, 1)))))
 
 
 def _reduce_cols(call, op, x, y, dtype, outer, r, k, count):
