@@ -41,5 +41,8 @@ def load_suites() -> dict:
 
     for m in pkgutil.iter_modules(__path__):
         if m.name not in ("timing", "report"):
-            importlib.import_module(f"{__name__}.{m.name}")
+            try:
+                importlib.import_module(f"{__name__}.{m.name}")
+            except Exception as e:  # one broken suite must not hide the others
+                print(f"warning: benchmark module {m.name} failed to import: {type(e).__name__}: {e}")
     return SUITES
