@@ -73,7 +73,7 @@ __device__ __forceinline__ A row_group_reduce(A v, A* scratch, int group, unsign
 // row to arrive (counted in `arrivals`, which it resets to 0) combines the row's partials in a fixed
 // order and writes y[row]: one launch, deterministic, no floating-point atomics.
 template <int OP, typename T, typename Out>
-__global__ void __launch_bounds__(256, 2) reduce_rows(const T* __restrict__ x, Out* __restrict__ y,
+__global__ void __launch_bounds__(256, 4) reduce_rows(const T* __restrict__ x, Out* __restrict__ y,
                                                       typename AccOf<T>::type* partial, unsigned* arrivals,
                                                       long long rows, long long n, unsigned splits, long long chunk,
                                                       int group, typename AccOf<T>::type scale) {
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(256, 2) reduce_rows(const T* __restrict__ x, O
 // VEC adjacent columns (VEC > 1 only if k % VEC == 0 and x is 16-byte aligned), the 8 threads of a
 // column stride the rows and meet in shared memory in a fixed order. y[(o * splits + s) * k + col].
 template <int OP, typename T, typename Out, int VEC>
-__global__ void __launch_bounds__(256, 2) reduce_cols(const T* __restrict__ x, Out* __restrict__ y, long long outer,
+__global__ void __launch_bounds__(256, 4) reduce_cols(const T* __restrict__ x, Out* __restrict__ y, long long outer,
                                                    long long r, long long k, unsigned splits, long long chunk,
                                                    typename AccOf<T>::type scale) {
   typedef typename AccOf<T>::type A;

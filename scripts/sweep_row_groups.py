@@ -16,4 +16,4 @@ for rows, n, dtype in [(4096, 4096, "float32"), (32768, 1024, "float16"), (8192,
         with Call("sum", x) as call:
             fn = lambda: _reduce_rows(call, "sum", x, y, dtype, rows, n, n, group=g)
             line.append(f"{g}:{timer(fn) * 1e3:.1f}")
-    print(f"{rows}x{n} {dtype} (rule: {_row_group(rows, n, dtype, props)}) us by group: {' '.join(line)}")
+    print(f"{rows}x{n} {dtype} (rule: {_row_group(n, dtype)}) us by group: {' '.join(line)}")

@@ -15,15 +15,26 @@ struct SumOp {
   template <typename A> static __device__ __forceinline__ A identity() { return A(0); }
   template <typename A> static __device__ __forceinline__ A combine(A a, A b) { return a + b; }
 };
-// a != a is true only for NaN, so NaN wins from either side (like numpy.max).
+// a != a is true only for NaN, so NaN wins from either side (like numpy.max); float uses the one
+// instruction that does the same (max.NaN, sm_80+).
 struct MaxOp {
   template <typename A> static __device__ __forceinline__ A identity() { return lowest<A>(); }
   template <typename A> static __device__ __forceinline__ A combine(A a, A b) { return (a > b || a != a) ? a : b; }
 };
+template <> __device__ __forceinline__ float MaxOp::combine<float>(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
 struct MinOp {
   template <typename A> static __device__ __forceinline__ A identity() { return highest<A>(); }
   template <typename A> static __device__ __forceinline__ A combine(A a, A b) { return (a < b || a != a) ? a : b; }
 };
+template <> __device__ __forceinline__ float MinOp::combine<float>(float a, float b) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
 
 // Butterfly over `width` consecutive lanes (a power of two <= 32); every lane gets the result.
 // `mask` names the lanes taking part (a sub-warp group whose partners may have left a loop).

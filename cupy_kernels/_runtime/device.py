@@ -48,6 +48,23 @@ def current() -> DeviceProps:
     return properties(cupy.cuda.Device().id)
 
 
+_occupancy: dict = {}
+
+
+def resident_blocks(kernel, threads: int, dynamic_smem: int = 0) -> int:
+    """Blocks of `kernel` that fit on the whole chip at once (the driver's occupancy calculator:
+    registers, shared memory and thread limits), i.e. one full wave."""
+    props = current()
+    key = (id(kernel), props.id, threads, dynamic_smem)
+    n = _occupancy.get(key)
+    if n is None:
+        from cupy_backends.cuda.api import driver
+
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, dynamic_smem)
+        n = _occupancy[key] = max(1, per_sm) * props.sm_count
+    return n
+
+
 def use_shared_memory(kernel, nbytes: int, what: str = "kernel") -> None:
     """Opt `kernel` in to `nbytes` of dynamic shared memory (above 48 KB needs the attribute)."""
     props = current()

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from .._runtime import (CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, is_torch,
-                        normalize_axes)
+from .._runtime import (CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, is_torch, normalize_axes,
+                        resident_blocks)
 
 SOURCE = KernelSource("reduce.cu")
 OPS = {"sum": 0, "mean": 1, "max": 2, "min": 3}
@@ -77,23 +77,22 @@ def _scale(op, acc, count):
 
 def _reduce_rows(call, op, x, y, dtype, rows, n, count, group=None):
     """y[rows] <- op over each row of the contiguous (rows, n) data x, in one launch."""
-    props = current()
     acc, out = ACC[dtype], result_dtype(op, dtype)
-    resident = props.resident_blocks(THREADS)
-    group = group or _row_group(rows, n, dtype, props)
+    kernel = SOURCE.kernel(_rows_name(op, dtype, out))
+    wave = resident_blocks(kernel, THREADS)
+    group = group or _row_group(n, dtype)
     splits = 1
-    if group == THREADS and rows < resident:
+    if group == THREADS and rows < wave:
         # Too few rows to fill the chip: cut rows into chunks, whose partials the last chunk of each
         # row combines. Floor, not ceil: rows * splits within one wave (a nearly empty second wave
         # cost 8% on 256 x 262144).
-        splits = builtins.max(1, builtins.min(resident // rows, n // (THREADS * _vec(dtype) * UNROLL)))
+        splits = builtins.max(1, builtins.min(wave // rows, n // (THREADS * _vec(dtype) * UNROLL)))
     chunk = ceil_div(ceil_div(n, splits), _vec(dtype)) * _vec(dtype)
     splits = ceil_div(n, chunk)
-    partial, arrivals = _row_workspace(call, resident) if splits > 1 else (None, None)
-    blocks = builtins.min(ceil_div(rows * splits * group, THREADS), resident * 4)
-    _launch(_rows_name(op, dtype, out), (blocks,), (THREADS,),
-            (x, y, partial, arrivals, np.int64(rows), np.int64(n), np.uint32(splits), np.int64(chunk),
-             np.int32(group), _scale(op, acc, count)))
+    partial, arrivals = _row_workspace(call, wave) if splits > 1 else (None, None)
+    blocks = builtins.min(ceil_div(rows * splits * group, THREADS), wave * 4)
+    kernel((blocks,), (THREADS,), (x, y, partial, arrivals, np.int64(rows), np.int64(n), np.uint32(splits),
+                                   np.int64(chunk), np.int32(group), _scale(op, acc, count)))
 
 
 _workspaces: dict = {}
@@ -112,19 +111,20 @@ def _row_workspace(call, resident):
     return ws
 
 
-def _row_group(rows, n, dtype, props):
-    """Threads per row: a power of two giving each thread about one unrolled step of 16-byte loads."""
-    want = ceil_div(ceil_div(n, _vec(dtype)), UNROLL)
+def _row_group(n, dtype):
+    """Threads per row: a power of two giving each thread about 16 16-byte loads (4 unrolled steps);
+    the best or within 2% of the best group on every benchmark shape on an H200
+    (scripts/sweep_row_groups.py)."""
+    want = ceil_div(ceil_div(n, _vec(dtype)), 4 * UNROLL)
     return builtins.min(THREADS, 1 << builtins.max(0, math.ceil(math.log2(builtins.max(want, 1)))))
 
 
 def _reduce_cols(call, op, x, y, dtype, outer, r, k, count):
     """y[outer, k] <- op over the middle axis of the contiguous (outer, r, k) data x."""
-    props = current()
     acc, out = ACC[dtype], result_dtype(op, dtype)
     vec = _vec(dtype) if k % _vec(dtype) == 0 and x.data.ptr % 16 == 0 else 1
     col_blocks = ceil_div(k, 32 * vec)
-    target = props.resident_blocks(THREADS)
+    target = resident_blocks(SOURCE.kernel(_cols_name(_pass1_op(op), dtype, acc, vec)), THREADS)
     splits = builtins.max(1, builtins.min(target // (col_blocks * outer), r // (COL_ROWS * UNROLL)))
     if splits == 1:
         _cols_launch(_cols_name(op, dtype, out, vec), x, y, outer, r, k, 1, r, _scale(op, acc, count), col_blocks)
