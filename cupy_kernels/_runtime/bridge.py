@@ -123,13 +123,25 @@ class Call:
 _streams: dict = {}
 
 
+class _StreamHandle:
+    """A raw CUDA stream pointer in the CUDA stream protocol, for cupy.cuda.Stream.from_external."""
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def __cuda_stream__(self):
+        return (0, self.ptr)
+
+
 def _external_stream(ptr: int, device_id: int):
     import cupy
 
     key = (ptr, device_id)
     s = _streams.get(key)
     if s is None:
-        s = _streams[key] = cupy.cuda.ExternalStream(ptr, device_id)
+        from_external = getattr(cupy.cuda.Stream, "from_external", None)  # CuPy >= 14
+        s = from_external(_StreamHandle(ptr)) if from_external else cupy.cuda.ExternalStream(ptr, device_id)
+        _streams[key] = s
     return s
 
 
