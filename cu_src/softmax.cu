@@ -1,0 +1,139 @@
+// Softmax and log-softmax over the last axis of a C-contiguous (rows, n) matrix, forward and
+// backward, out of place or in place (y may be x). One read of the input, one write of the output:
+// the thread's share of the row stays in registers between the reductions and the write.
+//
+// Dispatch (host side, ops/softmax.py): a sub-warp group of G <= 32 threads per row for short rows,
+// a block per row for medium rows, `parts` co-resident blocks per row for very long rows (their
+// partial statistics meet through global memory, see exchange_parts). Statistics in float (double
+// for float64); max subtraction like torch: a row of -inf gives NaN, NaN propagates.
+#include "common/rows.cuh"
+
+enum { SOFTMAX = 0, LOG_SOFTMAX = 1 };
+
+// Row statistics (max m, sum s of exp(x - m)) of the partial rows, combined in part order.
+// A part whose max is -inf adds nothing (its own sum is NaN); a row all -inf keeps m = -inf -> NaN.
+template <typename A>
+__device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& m, A& sum) {
+  A M = __ldcg(s);
+  for (int q = 1; q < parts; ++q) M = MaxOp::combine(M, __ldcg(s + 2 * q));
+  A S = A(0);
+  for (int q = 0; q < parts; ++q) {
+    const A mq = __ldcg(s + 2 * q);
+    if (mq != lowest<A>()) S += __ldcg(s + 2 * q + 1) * fast_exp<A>(mq - M);
+  }
+  m = M;
+  sum = S;
+}
+
+// Launch: 1-D grid of blocks of G * groups threads (<= 512; G = block when G > 32). Block b takes
+// segment b % parts of rows (b / parts) * groups + group + k * (grid / parts) * groups. Any row count
+// (64-bit), n <= parts * packs * G * V.
+template <typename T, int MODE>
+__global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_fwd(const T* x, T* y, long long rows, long long n, long long chunk,
+                                                     int G, int packs, int parts, int aligned, int* sync,
+                                                     typename AccOf<T>::type* slots) {
+  typedef typename AccOf<T>::type A;
+  typedef typename Vec16<T>::type P;
+  constexpr int V = Vec16<T>::N;
+  constexpr int MAXP = FwdPacks<T>::value;
+  __shared__ A scratch[32];
+  const int gpb = blockDim.x / G, gi = threadIdx.x / G;
+  const int part = blockIdx.x % parts;
+  const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
+  const long long begin = part * chunk;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
+  const unsigned mask = group_mask(G);
+  for (long long row = rg * gpb + gi; row < rows; row += nrg * gpb) {
+    const T* xr = x + row * n + begin;
+    P r[MAXP];
+    load_packs<T, MAXP>(r, xr, L, -__int_as_float(0x7f800000));  // -inf: neutral for max and exp-sum
+    A m = lowest<A>();
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p)
+      if (p < packs)
+#pragma unroll
+        for (int e = 0; e < V; ++e) m = MaxOp::combine(m, cast<A>(r[p].v[e]));
+    m = row_reduce<MaxOp>(m, G, mask, scratch);
+    opaque<T, MAXP>(r);
+    A s = A(0);
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p)
+      if (p < packs)
+#pragma unroll
+        for (int e = 0; e < V; ++e) s += fast_exp<A>(cast<A>(r[p].v[e]) - m);
+    s = row_reduce<SumOp>(s, G, mask, scratch);
+    if (parts > 1) {
+      const A mine[2] = {m, s};
+      combine_softmax_parts(exchange_parts<A, 2>(mine, slots, sync, row, part, parts), parts, m, s);
+    }
+    const A inv = A(1) / s, ls = acc_log<A>(s);
+    opaque<T, MAXP>(r);
+    T* yr = y + row * n + begin;
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p) {
+      if (p < packs) {
+        P o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const A d = cast<A>(r[p].v[e]) - m;
+          o.v[e] = cast<T>(MODE == SOFTMAX ? fast_exp<A>(d) * inv : d - ls);
+        }
+        store_pack<T>(yr, o, p, L);
+      }
+    }
+  }
+}
+
+// Backward from the output y and its gradient dy (dx may be dy):
+//   softmax:     dx = y * (dy - sum(dy * y))
+//   log_softmax: dx = dy - exp(y) * sum(dy)
+// Launch and limits as softmax_fwd, with MAXP packs per thread.
+template <typename T, int MODE>
+__global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const T* __restrict__ y, const T* dy, T* dx, long long rows,
+                                                     long long n, long long chunk, int G, int packs, int parts,
+                                                     int aligned, int* sync, typename AccOf<T>::type* slots) {
+  typedef typename AccOf<T>::type A;
+  typedef typename Vec16<T>::type P;
+  constexpr int V = Vec16<T>::N;
+  constexpr int MAXP = RowPacks<T>::value;
+  __shared__ A scratch[32];
+  const int gpb = blockDim.x / G, gi = threadIdx.x / G;
+  const int part = blockIdx.x % parts;
+  const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
+  const long long begin = part * chunk;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
+  const unsigned mask = group_mask(G);
+  for (long long row = rg * gpb + gi; row < rows; row += nrg * gpb) {
+    const long long off = row * n + begin;
+    P ry[MAXP], rd[MAXP];
+    load_packs<T, MAXP>(ry, y + off, L, 0.f);
+    load_packs<T, MAXP>(rd, dy + off, L, 0.f);
+    A c = A(0);
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p)
+      if (p < packs)
+#pragma unroll
+        for (int e = 0; e < V; ++e) c += MODE == SOFTMAX ? cast<A>(rd[p].v[e]) * cast<A>(ry[p].v[e]) : cast<A>(rd[p].v[e]);
+    c = row_reduce<SumOp>(c, G, mask, scratch);
+    if (parts > 1) {
+      const A mine[1] = {c};
+      const A* s = exchange_parts<A, 1>(mine, slots, sync, row, part, parts);
+      c = A(0);
+      for (int q = 0; q < parts; ++q) c += __ldcg(s + q);
+    }
+    opaque<T, MAXP>(ry);
+    opaque<T, MAXP>(rd);
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p) {
+      if (p < packs) {
+        P o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const A yv = cast<A>(ry[p].v[e]), g = cast<A>(rd[p].v[e]);
+          o.v[e] = cast<T>(MODE == SOFTMAX ? yv * (g - c) : g - fast_exp<A>(yv) * c);
+        }
+        store_pack<T>(dx + off, o, p, L);
+      }
+    }
+  }
+}

@@ -1,0 +1,61 @@
+"""layer_norm / rms_norm forward and backward (and the in-place forms) vs torch, on the issue's
+shapes. Bytes: forward reads x and writes y once; backward reads x (or y) and dy and writes dx once
+(weight, bias, dweight, dbias and the row statistics are under 0.1% and not counted)."""
+from __future__ import annotations
+
+from . import Group, suite
+from .softmax import SHAPES, tensors
+
+
+@suite("norm")
+def norm_suite(quick: bool):
+    import torch
+    import torch.nn.functional as F
+
+    import cupy_kernels as ck
+    from .._runtime import to_cupy
+    from ..ops.norm import norm_backward_impl, norm_forward_impl
+
+    for shape, dtype in SHAPES[:3] if quick else SHAPES:
+        (x, xc), (s, sc), (dy, dyc) = tensors(shape, dtype, 3)
+        n = shape[-1]
+        label = "x".join(map(str, shape))
+        nbytes = x.numel() * x.element_size()
+        w = (torch.rand(n, device="cuda") + 0.5).to(x.dtype)
+        b = torch.randn(n, device="cuda").to(x.dtype)
+        wc, bc = to_cupy(w), to_cupy(b)
+        yield Group("layer_norm", label, dtype,
+                    {"cupy_kernels": lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm"),
+                     "cupy_kernels layer_norm_ (in place)": lambda: ck.layer_norm_(sc, wc, bc),
+                     "ladder: one block per row": lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm",
+                                                                            variant="block"),
+                     "ladder: scalar loads": lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm",
+                                                                       variant="scalar"),
+                     "torch F.layer_norm": lambda: F.layer_norm(x, (n,), w, b, 1e-5)}, bytes=2 * nbytes)
+        yield Group("rms_norm", label, dtype,
+                    {"cupy_kernels": lambda: norm_forward_impl(xc, wc, None, 1e-6, "rms_norm"),
+                     "cupy_kernels rms_norm_ (in place)": lambda: ck.rms_norm_(sc, wc),
+                     "torch F.rms_norm": lambda: F.rms_norm(x, (n,), w, 1e-6),
+                     "torch formulation x * rsqrt(mean(x^2) + eps) * w":
+                         lambda: x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w},
+                    bytes=2 * nbytes)
+        _, mean, rstd = norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm")
+        ln_out, ln_mean, ln_rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+        yc = to_cupy(ln_out)
+        _, _, rstd_rms = norm_forward_impl(xc, wc, None, 1e-6, "rms_norm")
+        yield Group("layer_norm backward", label, dtype,
+                    {"cupy_kernels": lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm"),
+                     "cupy_kernels from output (after layer_norm_)":
+                         lambda: norm_backward_impl(dyc, yc, wc, bc, None, rstd, "layer_norm", from_output=True),
+                     "torch native_layer_norm_backward": lambda: torch.ops.aten.native_layer_norm_backward(
+                         dy, x, [n], ln_mean, ln_rstd, w, b, [True, True, True])},
+                    bytes=3 * nbytes)
+        xr = x.detach().requires_grad_(True)
+        wr = w.detach().requires_grad_(True)
+        rms_out = F.rms_norm(xr, (n,), wr, 1e-6)
+        yield Group("rms_norm backward", label, dtype,
+                    {"cupy_kernels": lambda: norm_backward_impl(dyc, xc, wc, None, None, rstd_rms, "rms_norm"),
+                     "torch F.rms_norm autograd": lambda: torch.autograd.grad(rms_out, (xr, wr), dy,
+                                                                              retain_graph=True)},
+                    bytes=3 * nbytes)
+        del x, xc, s, sc, dy, dyc, rms_out, xr, wr, ln_out, yc

@@ -1,0 +1,62 @@
+"""Softmax / log_softmax forward and backward (and softmax_ in place) vs torch, on the issue's shapes.
+Bytes: forward reads x and writes y once; backward reads y and dy and writes dx once."""
+from __future__ import annotations
+
+from . import Group, suite
+
+SHAPES = [((65536, 128), "float32"), ((32768, 1024), "float16"), ((4096, 4096), "float32"),
+          ((8192, 8192), "bfloat16"), ((1024, 32768), "bfloat16"), ((256, 262144), "float32")]
+
+
+def tensors(shape, dtype, count):
+    """`count` torch CUDA tensors of normal random values and their zero-copy CuPy views."""
+    import torch
+
+    from .._runtime import to_cupy
+
+    out = []
+    for _ in range(count):
+        t = torch.randn(*shape, device="cuda", dtype=torch.float32).to(getattr(torch, dtype))
+        out.append((t, to_cupy(t)))
+    return out
+
+
+@suite("softmax")
+def softmax_suite(quick: bool):
+    import torch
+
+    import cupy_kernels as ck
+    from ..ops.softmax import softmax_backward_impl, softmax_impl
+
+    for shape, dtype in SHAPES[:3] if quick else SHAPES:
+        (x, xc), (s, sc), (dy, dyc) = tensors(shape, dtype, 3)
+        label = "x".join(map(str, shape))
+        nbytes = x.numel() * x.element_size()
+        impls = {"cupy_kernels": lambda: softmax_impl(xc, -1, "softmax"),
+                 "cupy_kernels softmax_ (in place)": lambda: ck.softmax_(sc),
+                 "ladder: one block per row": lambda: softmax_impl(xc, -1, "softmax", "block"),
+                 "ladder: scalar loads": lambda: softmax_impl(xc, -1, "softmax", "scalar"),
+                 "torch.softmax": lambda: torch.softmax(x, -1)}
+        if x.numel() * 4 <= 1 << 30:
+            impls["torch formulation exp(x - max) / sum"] = lambda: (
+                lambda e: e / e.sum(-1, keepdim=True))((x - x.amax(-1, keepdim=True)).exp())
+        yield Group("softmax", label, dtype, impls, bytes=2 * nbytes)
+        yield Group("log_softmax", label, dtype,
+                    {"cupy_kernels": lambda: softmax_impl(xc, -1, "log_softmax"),
+                     "torch.log_softmax": lambda: torch.log_softmax(x, -1)}, bytes=2 * nbytes)
+        y = torch.softmax(x, -1)
+        from .._runtime import to_cupy
+
+        yc = to_cupy(y)
+        yield Group("softmax backward", label, dtype,
+                    {"cupy_kernels": lambda: softmax_backward_impl(yc, dyc, -1, "softmax"),
+                     "torch _softmax_backward_data": lambda: torch._softmax_backward_data(dy, y, -1, y.dtype),
+                     "torch formulation y * (dy - sum(dy * y))": lambda: y * (dy - (dy * y).sum(-1, keepdim=True))},
+                    bytes=3 * nbytes)
+        ly = torch.log_softmax(x, -1)
+        lyc = to_cupy(ly)
+        yield Group("log_softmax backward", label, dtype,
+                    {"cupy_kernels": lambda: softmax_backward_impl(lyc, dyc, -1, "log_softmax"),
+                     "torch _log_softmax_backward_data":
+                         lambda: torch._log_softmax_backward_data(dy, ly, -1, ly.dtype)}, bytes=3 * nbytes)
+        del x, xc, s, sc, dy, dyc, y, yc, ly, lyc

@@ -1,0 +1,263 @@
+"""Host side of cu_src/norm.cu: layer_norm, rms_norm, their in-place forms and backward."""
+from __future__ import annotations
+
+import numpy as np
+
+from .._runtime import CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, is_cupy, is_torch
+from . import _rowwise as rw
+
+SOURCE = KernelSource("norm.cu")
+MODES = {"layer_norm": 0, "rms_norm": 1}
+FWD_THREADS, BWD_THREADS = 512, 256  # __launch_bounds__ of norm_fwd / norm_bwd
+VARIANTS = ("auto", "block", "scalar")
+
+
+def bwd_maxp(dtype: str) -> int:
+    return rw.maxp(dtype)
+
+
+def fwd_maxp(dtype: str) -> int:
+    return rw.fwd_maxp(dtype)
+
+
+def bwd_min_blocks(dtype: str, from_output: bool) -> int:
+    """NormBwdMinBlocks in norm.cu."""
+    if dtype == "float64":
+        return 1
+    return 2 if dtype == "float32" and from_output else 3
+
+
+def _fwd(dtype, mode):
+    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}>"
+
+
+def _bwd(dtype, mode, from_output):
+    return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}>"
+
+
+def _colsum(dtype):
+    return f"column_sum<{CTYPES[dtype]}>"
+
+
+SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
+               + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
+               + [_colsum(t) for t in FLOAT_DTYPES])
+
+
+def _detach(x):
+    return x.detach() if is_torch(x) else x
+
+
+def _contiguous(x):
+    return x.is_contiguous() if is_torch(x) else x.flags.c_contiguous
+
+
+def _affine(call, op, x, weight, bias, mode):
+    """weight / bias as CuPy arrays (or None), checked: dtype of x, shape (n,), contiguous."""
+    dtype = str(x.dtype)
+    n = x.shape[-1] if x.ndim else 1
+    out = []
+    for name, a in (("weight", weight), ("bias", bias)):
+        if a is None:
+            out.append(None)
+            continue
+        if mode == "rms_norm" and name == "bias":
+            raise TypeError(f"{op}: rms_norm takes no bias")
+        ac = call.arg(_detach(a), name, dtypes=(dtype,))
+        if tuple(ac.shape) != (n,):
+            raise ValueError(f"{op}: {name} must have shape ({n},) (the last dimension of x); got {tuple(ac.shape)}")
+        if not ac.flags.c_contiguous:
+            raise ValueError(f"{op}: {name} must be contiguous; got strides {ac.strides}")
+        out.append(ac)
+    return out
+
+
+def check_inplace(op, x):
+    if (is_torch(x) or is_cupy(x)) and not _contiguous(x):
+        raise ValueError(f"{op}: x must be C-contiguous to be written in place; got a non-contiguous view of shape "
+                         f"{tuple(x.shape)} (use the out-of-place op, or .contiguous() first)")
+
+
+def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", inplace=False, save_stats=True,
+                      variant="auto"):
+    """(y, mean, rstd) through the kernels for either kind of input (no autograd). mean is None for
+    rms_norm, both stats None unless save_stats; with inplace, y is x (C-contiguous), written only
+    after every check passed."""
+    op = mode + ("_" if inplace else "")
+    if variant not in VARIANTS:
+        raise ValueError(f"{op}: variant must be one of {VARIANTS}; got {variant!r}")
+    if inplace:
+        check_inplace(op, x)
+    with Call(op, x) as call:
+        xc = call.arg(_detach(x), "x", dtypes=FLOAT_DTYPES)
+        if xc.ndim == 0:
+            raise ValueError(f"{op}: x must have at least one dimension; got a 0-d array")
+        w, b = _affine(call, op, xc, weight, bias, mode)
+        dtype = str(xc.dtype)
+        acc = rw.ACC[dtype]
+        n = xc.shape[-1]
+        rows = xc.size // n if n else 0
+        if not inplace and not xc.flags.c_contiguous:
+            tmp = call.empty(xc.shape, dtype)
+            tmp[...] = xc
+            xc = tmp
+        x2 = xc.reshape(rows, n)
+        y = xc if inplace else call.empty(xc.shape, dtype)
+        y2 = y.reshape(rows, n)
+        mean = call.empty(xc.shape[:-1], acc) if save_stats and mode == "layer_norm" else None
+        rstd = call.empty(xc.shape[:-1], acc) if save_stats else None
+        if rows and n:
+            p = rw.plan(rows, n, dtype, fwd_maxp(dtype), FWD_THREADS, current().sm_count,
+                        force=variant if variant == "block" else None)
+            al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
+            sync, slots = rw.exchange_buffers(call, p, dtype)
+            SOURCE.kernel(_fwd(dtype, mode))(
+                (p.grid,), (p.threads,),
+                (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
+                 np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
+                 rw.ACC_SCALAR[acc](eps), sync, slots))
+        elif rows and rstd is not None:  # n == 0: mean of nothing, like torch
+            rstd.fill(np.nan)
+            if mean is not None:
+                mean.fill(np.nan)
+        res = (x if inplace else call.result(y), None if mean is None else call.result(mean),
+               None if rstd is None else call.result(rstd))
+        return res
+
+
+def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mode="layer_norm", from_output=False,
+                       need_dw=True, need_db=True, variant="auto"):
+    """(dx, dweight, dbias) through the kernels (either kind of input, no autograd). `src` is the forward
+    input x with its saved mean / rstd, or (from_output) the forward output y with rstd: the normalised
+    input is then recomputed as (y - bias) / weight, so weight must have no zero entry (not checked
+    here: torch_ops checks it before the in-place forward). dweight / dbias are None when not wanted
+    or absent."""
+    op = f"{mode}_backward"
+    with Call(op, dy, "dy") as call:
+        dyc = call.arg(_detach(dy), "dy", dtypes=FLOAT_DTYPES)
+        dtype = str(dyc.dtype)
+        sc = call.arg(_detach(src), "y" if from_output else "x", dtypes=(dtype,))
+        if tuple(sc.shape) != tuple(dyc.shape) or dyc.ndim == 0:
+            raise ValueError(f"{op}: dy has shape {tuple(dyc.shape)}; expected the shape of the forward's "
+                             f"{'output' if from_output else 'input'} {tuple(sc.shape)} (at least 1-d)")
+        w, b = _affine(call, op, sc, weight, bias, mode)
+        acc = rw.ACC[dtype]
+        n = sc.shape[-1]
+        rows = sc.size // n if n else 0
+        stats = {}
+        for name, a, wanted in (("rstd", rstd, True), ("mean", mean, mode == "layer_norm" and not from_output)):
+            if not wanted:
+                continue
+            if a is None:
+                raise TypeError(f"{op}: {name} (saved by the forward) is required")
+            ac = call.arg(_detach(a), name, dtypes=(acc,))
+            if ac.size != rows or not ac.flags.c_contiguous:
+                raise ValueError(f"{op}: {name} must be a contiguous array of {rows} row statistics; got shape "
+                                 f"{tuple(ac.shape)}")
+            stats[name] = ac
+        if from_output and w is None and mode == "rms_norm":
+            pass  # xhat = y
+        d2, s2 = (a if a.flags.c_contiguous else _copy(call, a, dtype) for a in (dyc, sc))
+        d2, s2 = d2.reshape(rows, n), s2.reshape(rows, n)
+        dx = call.empty(sc.shape, dtype)
+        dx2 = dx.reshape(rows, n)
+        want_w = need_dw and w is not None
+        want_b = need_db and b is not None
+        dw = call.empty((n,), dtype) if want_w else None
+        db = call.empty((n,), dtype) if want_b else None
+        if rows and n:
+            p = rw.plan(rows, n, dtype, bwd_maxp(dtype), BWD_THREADS, current().sm_count, persistent=True,
+                        force=variant if variant == "block" else None,
+                        min_blocks=bwd_min_blocks(dtype, from_output))
+            al = 0 if variant == "scalar" else rw.aligned(n, dtype, s2, d2, dx2, w, b)
+            sync, slots = rw.exchange_buffers(call, p, dtype)
+            nrg = p.grid // p.parts
+            dw_part = call.empty((nrg, n), acc) if want_w else None
+            db_part = call.empty((nrg, n), acc) if want_b else None
+            smem = 2 * p.threads * bwd_maxp(dtype) * rw.vec(dtype) * rw.ITEMSIZE[acc]  # dw, db accumulators
+            SOURCE.kernel(_bwd(dtype, mode, from_output))(
+                (p.grid,), (p.threads,),
+                (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
+                 rw.ptr(db_part), np.int64(rows), np.int64(n), np.int64(p.chunk), np.int32(p.group),
+                 np.int32(p.packs), np.int32(p.parts), np.int32(al), sync, slots),
+                shared_mem=smem)
+            if want_w or want_b:
+                SOURCE.kernel(_colsum(dtype))(
+                    (ceil_div(n, 32), 2), (32, 8),
+                    (rw.ptr(dw_part) if want_w else rw.ptr(db_part), rw.ptr(db_part) if want_w else np.uint64(0),
+                     rw.ptr(dw) if want_w else rw.ptr(db), rw.ptr(db) if want_w else np.uint64(0),
+                     np.int64(nrg), np.int64(n)))
+        else:
+            for a in (dw, db):
+                if a is not None:
+                    a.fill(0)
+        return tuple(None if a is None else call.result(a) for a in (dx, dw, db))
+
+
+def _copy(call, a, dtype):
+    out = call.empty(a.shape, dtype)
+    out[...] = a
+    return out
+
+
+# ---- public API: torch tensors go through the custom ops (autograd, torch.compile) -------------
+
+
+def layer_norm(x, weight=None, bias=None, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension (torch semantics)."""
+    if is_torch(x):
+        from .. import torch_ops
+
+        return torch_ops.layer_norm(x, weight, bias, eps)
+    return norm_forward_impl(x, weight, bias, eps, "layer_norm", save_stats=False)[0]
+
+
+def rms_norm(x, weight=None, eps=1e-6):
+    """x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
+    if is_torch(x):
+        from .. import torch_ops
+
+        return torch_ops.rms_norm(x, weight, eps)
+    return norm_forward_impl(x, weight, None, eps, "rms_norm", save_stats=False)[0]
+
+
+def layer_norm_(x, weight=None, bias=None, eps=1e-5):
+    """layer_norm written into x (C-contiguous); returns x. Under torch autograd the backward
+    recomputes the normalised input from the output, so weight must have no zero entry (raises)."""
+    if is_torch(x):
+        from .. import torch_ops
+
+        return torch_ops.layer_norm_(x, weight, bias, eps)
+    return norm_forward_impl(x, weight, bias, eps, "layer_norm", inplace=True, save_stats=False)[0]
+
+
+def rms_norm_(x, weight=None, eps=1e-6):
+    """rms_norm written into x (C-contiguous); returns x (see layer_norm_ for autograd)."""
+    if is_torch(x):
+        from .. import torch_ops
+
+        return torch_ops.rms_norm_(x, weight, eps)
+    return norm_forward_impl(x, weight, None, eps, "rms_norm", inplace=True, save_stats=False)[0]
+
+
+def layer_norm_forward(x, weight=None, bias=None, eps=1e-5, inplace=False):
+    """(y, mean, rstd): the output and the float32 (float64) row statistics the backward needs."""
+    return norm_forward_impl(x, weight, bias, eps, "layer_norm", inplace=inplace)
+
+
+def rms_norm_forward(x, weight=None, eps=1e-6, inplace=False):
+    """(y, rstd)."""
+    y, _, rstd = norm_forward_impl(x, weight, None, eps, "rms_norm", inplace=inplace)
+    return y, rstd
+
+
+def layer_norm_backward(dy, x, weight=None, bias=None, mean=None, rstd=None, from_output=False):
+    """(dx, dweight, dbias) from the forward input x (with mean, rstd) or, with from_output=True,
+    from the forward output y (with rstd; weight without zero entries)."""
+    return norm_backward_impl(dy, x, weight, bias, mean, rstd, "layer_norm", from_output)
+
+
+def rms_norm_backward(dy, x, weight=None, rstd=None, from_output=False):
+    """(dx, dweight) from the forward input x (or the output y with from_output=True) and rstd."""
+    dx, dw, _ = norm_backward_impl(dy, x, weight, None, None, rstd, "rms_norm", from_output)
+    return dx, dw

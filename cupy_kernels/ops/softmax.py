@@ -1,0 +1,177 @@
+"""Host side of cu_src/softmax.cu: softmax, log_softmax, in-place softmax_ and their backward."""
+from __future__ import annotations
+
+import numpy as np
+
+from .._runtime import CTYPES, FLOAT_DTYPES, Call, KernelSource, current, is_torch, normalize_axes
+from . import _rowwise as rw
+
+SOURCE = KernelSource("softmax.cu")
+MODES = {"softmax": 0, "log_softmax": 1}
+MAX_THREADS = 512          # __launch_bounds__(512, 2)
+VARIANTS = ("auto", "block", "scalar")  # the ladder: see docs/softmax.md
+
+
+def _name(kind: str, dtype: str, mode: str) -> str:
+    return f"softmax_{kind}<{CTYPES[dtype]}, {MODES[mode]}>"
+
+
+SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES])
+
+
+def _detach(x):
+    return x.detach() if is_torch(x) else x
+
+
+def _axis(axis, ndim: int, op: str) -> int:
+    if isinstance(axis, (tuple, list)) or axis is None:
+        raise TypeError(f"{op}: axis must be an int; got {axis!r}")
+    return normalize_axes(axis, max(ndim, 1), op)[0]
+
+
+def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
+    p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype), MAX_THREADS, current().sm_count, force=variant if variant == "block" else None)
+    al = 0 if variant == "scalar" else rw.aligned(n, dtype, *srcs, out)
+    sync, slots = rw.exchange_buffers(call, p, dtype)
+    SOURCE.kernel(_name(kind, dtype, mode))(
+        (p.grid,), (p.threads,),
+        (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs),
+         np.int32(p.parts), np.int32(al), sync, slots))
+    return p
+
+
+def _rows_of(call, a, axis):
+    """(rows, n) C-contiguous data of `a` with `axis` last (a view when it already is), the moved shape."""
+    import cupy
+
+    moved = a if axis == a.ndim - 1 else cupy.moveaxis(a, axis, -1)
+    if not moved.flags.c_contiguous:
+        tmp = call.empty(moved.shape, _dtype(a))
+        tmp[...] = moved
+        moved = tmp
+    n = moved.shape[-1] if moved.ndim else 1
+    return moved.reshape(-1, n), moved.shape
+
+
+def _dtype(a) -> str:
+    return "bfloat16" if a.dtype.name == "bfloat16" else str(a.dtype)
+
+
+def _finish(call, y2, moved_shape, shape, axis, ndim):
+    """The result in the input's layout (a copy only when the axis was moved)."""
+    import cupy
+
+    y = y2.reshape(moved_shape)
+    if ndim and axis != ndim - 1:
+        out = call.empty(shape, _dtype(y))
+        out[...] = cupy.moveaxis(y, -1, axis)
+        y = out
+    return y.reshape(shape)
+
+
+def softmax_impl(x, axis=-1, mode="softmax", variant="auto"):
+    """Out-of-place softmax / log_softmax through the kernels, for either kind of input (no autograd)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"{mode}: variant must be one of {VARIANTS}; got {variant!r}")
+    with Call(mode, x) as call:
+        xc = call.arg(_detach(x), "x", dtypes=FLOAT_DTYPES)
+        dtype = _dtype(xc)
+        ax = _axis(axis, xc.ndim, mode)
+        shape0 = xc.shape
+        if xc.ndim == 0:  # one element: a row of length 1
+            xc, ax = xc.reshape(1), 0
+        if xc.size == 0:
+            return call.result(call.empty(shape0, dtype))
+        x2, moved_shape = _rows_of(call, xc, ax)
+        y2 = call.empty(x2.shape, dtype)
+        _launch(call, "fwd", mode, dtype, (x2,), y2, x2.shape[0], x2.shape[1], variant)
+        return call.result(_finish(call, y2, moved_shape, xc.shape, ax, xc.ndim).reshape(shape0))
+
+
+def check_inplace(op, x, axis=-1):
+    """In-place ops need a C-contiguous x with the axis last (checked before anything is written)."""
+    if not is_torch(x):
+        from .._runtime import is_cupy
+
+        if not is_cupy(x):
+            return  # Call reports the kind
+    if not (x.is_contiguous() if is_torch(x) else x.flags.c_contiguous):
+        raise ValueError(f"{op}: x must be C-contiguous to be written in place; got a non-contiguous view of "
+                         f"shape {tuple(x.shape)} (use the out-of-place op, or .contiguous() first)")
+    if x.ndim and _axis(axis, x.ndim, op) != x.ndim - 1:
+        raise ValueError(f"{op}: in place works over the last axis only; got axis={axis} for {x.ndim} dimensions")
+
+
+def softmax_inplace_impl(x, axis=-1, variant="auto"):
+    """softmax written into x (C-contiguous, axis last); returns x. No autograd."""
+    check_inplace("softmax_", x, axis)
+    with Call("softmax_", x) as call:
+        xc = call.arg(_detach(x), "x", dtypes=FLOAT_DTYPES)
+        if xc.size:
+            n = xc.shape[-1] if xc.ndim else 1
+            x2 = xc.reshape(-1, n)
+            _launch(call, "fwd", "softmax", _dtype(xc), (x2,), x2, x2.shape[0], n, variant)
+    return x
+
+
+def softmax_backward_impl(y, dy, axis=-1, mode="softmax", variant="auto"):
+    """dx from the forward output y and the output gradient dy (either kind; no autograd)."""
+    op = f"{mode}_backward"
+    with Call(op, y, "y") as call:
+        yc = call.arg(_detach(y), "y", dtypes=FLOAT_DTYPES)
+        dyc = call.arg(_detach(dy), "dy", dtypes=(_dtype(yc),))
+        if tuple(dyc.shape) != tuple(yc.shape):
+            raise ValueError(f"{op}: dy has shape {tuple(dyc.shape)}; expected the shape of y {tuple(yc.shape)}")
+        dtype = _dtype(yc)
+        ax = _axis(axis, yc.ndim, op)
+        shape0 = yc.shape
+        if yc.ndim == 0:
+            yc, dyc, ax = yc.reshape(1), dyc.reshape(1), 0
+        if yc.size == 0:
+            return call.result(call.empty(shape0, dtype))
+        y2, moved_shape = _rows_of(call, yc, ax)
+        d2, _ = _rows_of(call, dyc, ax)
+        dx2 = call.empty(y2.shape, dtype)
+        _launch(call, "bwd", mode, dtype, (y2, d2), dx2, y2.shape[0], y2.shape[1], variant)
+        return call.result(_finish(call, dx2, moved_shape, yc.shape, ax, yc.ndim).reshape(shape0))
+
+
+# ---- public API: torch tensors go through the custom ops (autograd, torch.compile) -------------
+
+
+def softmax(x, axis=-1):
+    """exp(x - max) / sum(exp(x - max)) along `axis`, in the input's dtype (statistics in float32)."""
+    if is_torch(x):
+        from .. import torch_ops
+
+        return torch_ops.softmax(x, axis)
+    return softmax_impl(x, axis, "softmax")
+
+
+def log_softmax(x, axis=-1):
+    """x - max - log(sum(exp(x - max))) along `axis`."""
+    if is_torch(x):
+        from .. import torch_ops
+
+        return torch_ops.log_softmax(x, axis)
+    return softmax_impl(x, axis, "log_softmax")
+
+
+def softmax_(x, axis=-1):
+    """softmax written into x (C-contiguous, axis last); returns x. Torch tensors keep autograd: the
+    backward uses only the output."""
+    if is_torch(x):
+        from .. import torch_ops
+
+        return torch_ops.softmax_(x, axis)
+    return softmax_inplace_impl(x, axis)
+
+
+def softmax_backward(y, dy, axis=-1):
+    """Gradient of softmax: y * (dy - sum(dy * y)) along `axis`, from the output y."""
+    return softmax_backward_impl(y, dy, axis, "softmax")
+
+
+def log_softmax_backward(y, dy, axis=-1):
+    """Gradient of log_softmax: dy - exp(y) * sum(dy) along `axis`, from the output y."""
+    return softmax_backward_impl(y, dy, axis, "log_softmax")

@@ -1,0 +1,316 @@
+"""softmax / log_softmax / softmax_ and their backward against float64 references (GPU), every
+dispatch path at its boundaries; validation and the references themselves on the CPU."""
+import numpy as np
+import pytest
+
+import cupy_kernels as ck
+from conftest import FLOATS, TOL, cupy_array, gpu, rel_err, rng, rounded, to_f64, torch, torch_gpu
+from cupy_kernels.ops import _rowwise as rw
+from cupy_kernels.ops.softmax import softmax_backward_impl, softmax_impl
+
+ALL = FLOATS + ("float64",)
+SMS = 132  # plan() boundaries below do not depend on the SM count except for the multi-block cap
+
+
+# ---- float64 references ------------------------------------------------------------------------
+
+
+def ref_softmax(x, axis=-1):
+    m = np.max(x, axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - m)
+        return e / e.sum(axis=axis, keepdims=True)
+
+
+def ref_log_softmax(x, axis=-1):
+    m = np.max(x, axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
+
+
+def ref_softmax_grad(y, dy, axis=-1):
+    return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
+
+
+def ref_log_softmax_grad(y, dy, axis=-1):
+    return dy - np.exp(y) * dy.sum(axis=axis, keepdims=True)
+
+
+def maxp(dtype, kind):
+    return rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype)
+
+
+def boundary_lengths(dtype, kind):
+    """Row lengths on both sides of each dispatch boundary of plan() for this dtype and kernel."""
+    V, P = rw.vec(dtype), maxp(dtype, kind)
+    sub = 32 * min(rw.TARGET_PACKS, P) * V    # longest sub-warp row
+    block = 512 * P * V                        # longest single-block row
+    out = {1, 2, 3, V - 1, V + 1, 127, 1000, 4097, sub - 1, sub, sub + 1, sub + V, block - 1, block, block + 1,
+           block + V, 3 * block + 5}
+    return sorted(n for n in out if n >= 1)
+
+
+def paths_of(dtype, kind, lengths):
+    return {rw.plan(4, n, dtype, maxp(dtype, kind), 512, SMS).path for n in lengths}
+
+
+# ---- CPU ---------------------------------------------------------------------------------------
+
+
+def test_boundaries_cover_every_path():
+    for dtype in ALL:
+        for kind in ("fwd", "bwd"):
+            assert paths_of(dtype, kind, boundary_lengths(dtype, kind)) == {"subwarp", "block", "multiblock"}, dtype
+
+
+def test_plan_geometry_holds_the_row():
+    for dtype, kind in ((d, k) for d in ALL for k in ("fwd", "bwd")):
+        for n in boundary_lengths(dtype, kind) + [262144, 262147]:
+            p = rw.plan(7, n, dtype, maxp(dtype, kind), 512, SMS)
+            V = rw.vec(dtype)
+            assert p.packs <= maxp(dtype, kind)
+            assert p.group * p.packs * V >= min(n, p.chunk)          # a segment fits the group's registers
+            assert p.parts * p.chunk >= n and (p.parts - 1) * p.chunk < n  # no empty segment
+            assert p.parts == 1 or (p.chunk % V == 0 and p.group == p.threads)
+            assert p.grid % p.parts == 0
+            assert p.parts == 1 or p.grid <= rw.min_blocks_per_sm(dtype) * SMS  # all blocks of a row co-resident
+
+
+def test_plan_refuses_rows_beyond_coresident_capacity():
+    with pytest.raises(ValueError, match="co-resident"):
+        rw.plan(2, 10 ** 9, "float32", 4, 512, 4)
+
+
+def test_reference_gradients_match_finite_differences():
+    g = rng()
+    x, dy = g.standard_normal((3, 7)), g.standard_normal((3, 7))
+    h = 1e-6
+    for f, grad in ((ref_softmax, ref_softmax_grad), (ref_log_softmax, ref_log_softmax_grad)):
+        num = np.zeros_like(x)
+        for i in np.ndindex(x.shape):
+            e = np.zeros_like(x)
+            e[i] = h
+            num[i] = ((f(x + e) - f(x - e)) * dy).sum() / (2 * h)
+        np.testing.assert_allclose(grad(f(x), dy), num, rtol=1e-6, atol=1e-8)
+
+
+def test_numpy_input_is_rejected():
+    with pytest.raises(TypeError, match="x must be a cupy.ndarray"):
+        ck.softmax(np.ones((2, 3), np.float32))
+    with pytest.raises(TypeError, match="x must be a cupy.ndarray"):
+        ck.softmax_(np.ones((2, 3), np.float32))
+    with pytest.raises(ValueError, match="variant"):
+        softmax_impl(np.ones(3), variant="nope")
+
+
+# ---- GPU ---------------------------------------------------------------------------------------
+
+
+def make(shape, dtype, scale=3.0):
+    host = rng().standard_normal(shape) * scale
+    return cupy_array(host, dtype), rounded(host, dtype)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
+def test_forward_every_path(mode, dtype):
+    ref = ref_softmax if mode == "softmax" else ref_log_softmax
+    for n in boundary_lengths(dtype, "fwd"):
+        rows = 5 if n > 4096 else 67
+        x, xv = make((rows, n), dtype)
+        got = getattr(ck, mode)(x)
+        assert got.dtype == x.dtype and got.shape == x.shape
+        assert rel_err(got, ref(xv)) <= TOL[dtype], (n, rw.plan(rows, n, dtype, maxp(dtype, "fwd"), 512, SMS))
+
+
+@gpu
+@pytest.mark.parametrize("variant", ["block", "scalar"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_ladder_variants(variant, dtype):
+    for n in (1, 33, 1000, 4096, 20000):
+        x, xv = make((9, n), dtype)
+        assert rel_err(softmax_impl(x, -1, "softmax", variant), ref_softmax(xv)) <= TOL[dtype], n
+        assert rel_err(softmax_impl(x, -1, "log_softmax", variant), ref_log_softmax(xv)) <= TOL[dtype], n
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
+def test_backward_every_path(mode, dtype):
+    fwd, grad = (ref_softmax, ref_softmax_grad) if mode == "softmax" else (ref_log_softmax, ref_log_softmax_grad)
+    fn = ck.softmax_backward if mode == "softmax" else ck.log_softmax_backward
+    for n in boundary_lengths(dtype, "bwd"):
+        rows = 5 if n > 4096 else 67
+        _, xv = make((rows, n), dtype)
+        yv = rounded(fwd(xv), dtype)
+        y = cupy_array(yv, dtype)
+        dy, dyv = make((rows, n), dtype, 1.0)
+        assert rel_err(fn(y, dy), grad(yv, dyv)) <= 2 * TOL[dtype], n
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ALL)
+def test_inplace_matches_out_of_place(dtype):
+    for n in (1, 100, 3000, 20001):
+        x, xv = make((6, n), dtype)
+        want = to_f64(ck.softmax(x))
+        res = ck.softmax_(x)
+        assert res is x
+        np.testing.assert_array_equal(to_f64(x), want)
+
+
+@gpu
+def test_other_axes_and_shapes():
+    x, xv = make((4, 5, 6), "float32")
+    for axis in (0, 1, 2, -1, -2):
+        assert rel_err(ck.softmax(x, axis=axis), ref_softmax(xv, axis)) < 1e-6
+        assert rel_err(ck.log_softmax(x, axis=axis), ref_log_softmax(xv, axis)) < 1e-6
+    xt = x.transpose(2, 0, 1)  # non-contiguous input
+    assert rel_err(ck.softmax(xt), ref_softmax(xv.transpose(2, 0, 1))) < 1e-6
+    one, _ = make((), "float32")
+    assert float(ck.softmax(one)) == 1.0
+    import cupy
+
+    assert ck.softmax(cupy.empty((0, 5), cupy.float32)).shape == (0, 5)
+    assert ck.softmax(cupy.empty((5, 0), cupy.float32)).shape == (5, 0)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ALL)
+def test_special_values(dtype):
+    """Rows with -inf entries, a row all -inf (NaN like torch), NaN propagation, and for float16 logits of
+    1e4 that must stay finite; on every path (short, medium and multi-block rows)."""
+    ninf = -np.inf
+    for n in (7, 3000, 3 * 512 * rw.fwd_maxp(dtype) * rw.vec(dtype) + 5):
+        host = rng().standard_normal((5, n))
+        host[0, : n // 2 + 1] = ninf               # -inf in the first half (a whole segment when split)
+        host[1] = ninf                              # all -inf -> NaN
+        host[2, n // 3] = np.nan                    # NaN propagates to the whole row
+        big = 1e4 if dtype == "float16" else 1e6   # huge logits (1e4 is near float16's limit)
+        host[3] = rng().uniform(-big, big, n)
+        host[3, 0] = big
+        x = cupy_array(host, dtype)
+        xv = rounded(host, dtype)
+        for fn, ref in ((ck.softmax, ref_softmax), (ck.log_softmax, ref_log_softmax)):
+            got = to_f64(fn(x))
+            want = ref(xv)
+            assert np.isnan(got[1]).all() and np.isnan(got[2]).all(), (n, fn.__name__)
+            assert np.isfinite(got[3]).all(), n
+            assert not np.isnan(got[[0, 3, 4]]).any(), n
+            ok = np.isfinite(want[[0, 3, 4]])
+            np.testing.assert_allclose(got[[0, 3, 4]][ok], want[[0, 3, 4]][ok], rtol=10 * TOL[dtype], atol=TOL[dtype])
+            assert (np.isinf(got[[0, 3, 4]]) == np.isinf(want[[0, 3, 4]])).all()
+
+
+@gpu
+def test_errors_leave_x_untouched():
+    import cupy
+
+    x = cupy.asarray(rng().standard_normal((8, 6)), dtype=cupy.float32)
+    before = x.copy()
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ck.softmax_(x[:, ::2])
+    with pytest.raises(ValueError, match="last axis"):
+        ck.softmax_(x, axis=0)
+    with pytest.raises(TypeError, match="dtype int32"):
+        ck.softmax_(cupy.ones((3, 3), cupy.int32))
+    with pytest.raises(ValueError, match="out of bounds"):
+        ck.softmax(x, axis=2)
+    with pytest.raises(ValueError, match="dy has shape"):
+        ck.softmax_backward(x, x[:4])
+    with pytest.raises(TypeError, match="dy has dtype float64"):
+        ck.softmax_backward(x, x.astype(cupy.float64))
+    assert (x == before).all()
+
+
+# ---- torch -------------------------------------------------------------------------------------
+
+
+def tensor(shape, dtype, requires_grad=False, scale=3.0):
+    t = (torch.randn(*shape, device="cuda", dtype=torch.float64) * scale).to(getattr(torch, dtype))
+    return t.requires_grad_(requires_grad)
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", ALL)
+def test_torch_forward_backward_match_torch(dtype):
+    for shape in ((3, 1), (65, 130), (4, 5000), (2, 3 * 512 * rw.maxp(dtype) * rw.vec(dtype) + 3)):
+        for log in (False, True):
+            x = tensor(shape, dtype, True)
+            x64 = x.detach().double().requires_grad_(True)
+            y = (ck.log_softmax if log else ck.softmax)(x)
+            want = (torch.log_softmax if log else torch.softmax)(x64, -1)
+            assert rel_err(y, want.detach().cpu().numpy()) <= TOL[dtype]
+            dy = tensor(shape, dtype, scale=1.0)
+            y.backward(dy)
+            want.backward(dy.double())
+            assert rel_err(x.grad, x64.grad.cpu().numpy()) <= 3 * TOL[dtype], (shape, log)
+
+
+@torch_gpu
+def test_torch_gradcheck_and_dim():
+    x = torch.randn(3, 7, 5, device="cuda", dtype=torch.float64, requires_grad=True)
+    for dim in (0, 1, -1):
+        assert torch.autograd.gradcheck(lambda t: ck.softmax(t, axis=dim), (x,))
+        assert torch.autograd.gradcheck(lambda t: ck.log_softmax(t, axis=dim), (x,))
+
+
+@torch_gpu
+def test_torch_inplace_autograd():
+    a = tensor((37, 3000), "float32", True)
+    b = a.detach().clone().requires_grad_(True)
+    dy = tensor((37, 3000), "float32")
+    y1 = ck.softmax_(a * 2)  # in place on a non-leaf
+    y1.backward(dy)
+    y2 = torch.softmax(b * 2, -1)
+    y2.backward(dy)
+    assert rel_err(y1, y2.detach().cpu().numpy()) < 1e-6
+    assert rel_err(a.grad, b.grad.cpu().numpy().astype(np.float64)) < 1e-5
+
+
+@torch_gpu
+def test_torch_inplace_rejects_and_leaves_x():
+    leaf = tensor((4, 8), "float32", True)
+    before = leaf.detach().clone()
+    with pytest.raises(RuntimeError, match="leaf"):
+        ck.softmax_(leaf)
+    assert torch.equal(leaf.detach(), before)
+    x = tensor((4, 8), "float32")
+    before = x.clone()
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ck.softmax_(x.t())
+    with pytest.raises(TypeError):
+        ck.softmax_(x.cpu())
+    assert torch.equal(x, before)
+
+
+@torch_gpu
+def test_torch_compile():
+    def f(t):
+        return (ck.softmax(t) * ck.log_softmax(t * 0.5)).sum()
+
+    x = tensor((33, 1000), "float32", True)
+    x2 = x.detach().clone().requires_grad_(True)
+    compiled = torch.compile(f, fullgraph=True)
+    out = compiled(x)
+    out.backward()
+    ref = f(x2)
+    ref.backward()
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(x.grad, x2.grad, rtol=1e-5, atol=1e-6)
+
+
+@torch_gpu
+def test_inplace_peak_memory():
+    """softmax_ on 16384 x 16384 float16 (512 MiB) allocates within 1% of the input beyond it."""
+    x = tensor((16384, 16384), "float16", scale=1.0)
+    row0 = torch.softmax(x[:2].float(), -1)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    ck.softmax_(x)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base
+    assert extra <= 0.01 * x.nbytes, extra
+    assert torch.allclose(x[:2].float(), row0, rtol=1e-2, atol=1e-4)
