@@ -57,3 +57,283 @@ _REDUCE_OPS = {op: _register_reduce(op) for op in _reduce.OPS}
 def reduce(op, x, axis, keepdims):
     dims = None if axis is None else list(axis) if isinstance(axis, (tuple, list)) else [axis]
     return _REDUCE_OPS[op](x, dims, bool(keepdims))
+
+
+# ---- softmax, log_softmax, softmax_ (ops/softmax.py) ------------------------------------------
+from .ops import norm as _norm  # noqa: E402
+from .ops import softmax as _softmax  # noqa: E402
+
+
+def _dim(x, axis, op):
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise TypeError(f"{op}: axis must be an int; got {axis!r}")
+    nd = max(x.dim(), 1)
+    if not -nd <= axis < nd:
+        raise ValueError(f"{op}: axis {axis} is out of bounds for a tensor of dimension {x.dim()}")
+    return axis % nd
+
+
+def _last(t, dim):
+    """t with `dim` moved last, C-contiguous (a view when it already is)."""
+    return (t if t.dim() == 0 or dim == t.dim() - 1 else t.movedim(dim, -1)).contiguous()
+
+
+def _back(t, dim, ndim):
+    return t if ndim == 0 or dim == ndim - 1 else t.movedim(-1, dim).contiguous()
+
+
+@torch.library.custom_op("cupy_kernels::softmax", mutates_args=())
+def _softmax_op(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    y = _softmax.softmax_impl(_last(x, dim), -1, "log_softmax" if log else "softmax")
+    return _back(y, dim, x.dim())
+
+
+@_softmax_op.register_fake
+def _(x, dim, log):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("cupy_kernels::softmax_backward", mutates_args=())
+def _softmax_bwd_op(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    dx = _softmax.softmax_backward_impl(_last(y, dim), _last(dy, dim), -1, "log_softmax" if log else "softmax")
+    return _back(dx, dim, y.dim())
+
+
+@_softmax_bwd_op.register_fake
+def _(y, dy, dim, log):
+    return torch.empty_like(y, memory_format=torch.contiguous_format)
+
+
+def _softmax_setup(ctx, inputs, output):
+    ctx.dim, ctx.log = inputs[1], inputs[2]
+    ctx.save_for_backward(output)
+
+
+def _softmax_backward(ctx, dy):
+    (y,) = ctx.saved_tensors
+    return _softmax_bwd_op(y, dy, ctx.dim, ctx.log), None, None
+
+
+_softmax_op.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+
+
+@torch.library.custom_op("cupy_kernels::softmax_inplace", mutates_args=("x",))
+def _softmax_inplace_op(x: torch.Tensor) -> None:
+    _softmax.softmax_inplace_impl(x, -1)
+
+
+@_softmax_inplace_op.register_fake
+def _(x):
+    return None
+
+
+def _check_leaf(op, x):
+    if torch.is_grad_enabled() and x.requires_grad and x.is_leaf:
+        raise RuntimeError(f"{op}: x is a leaf tensor that requires grad; it cannot be written in place "
+                           "(use the out-of-place op, or x.clone())")
+
+
+class _SoftmaxInplace(torch.autograd.Function):
+    """softmax_ under autograd: the backward needs only the output, which is x after the call."""
+
+    @staticmethod
+    def forward(ctx, x):
+        _softmax_inplace_op(x)
+        ctx.mark_dirty(x)
+        ctx.save_for_backward(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return _softmax_bwd_op(y, dy, y.dim() - 1 if y.dim() else 0, False)
+
+
+def softmax(x, axis=-1):
+    return _softmax_op(x, _dim(x, axis, "softmax"), False)
+
+
+def log_softmax(x, axis=-1):
+    return _softmax_op(x, _dim(x, axis, "log_softmax"), True)
+
+
+def softmax_(x, axis=-1):
+    _softmax.check_inplace("softmax_", x, axis)  # every check before anything is written
+    _check_leaf("softmax_", x)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _SoftmaxInplace.apply(x)
+    _softmax_inplace_op(x)
+    return x
+
+
+# ---- layer_norm, rms_norm and their in-place forms (ops/norm.py) -------------------------------
+
+
+def _stat_dtype(x):
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _opt_contig(t):
+    return None if t is None else t.contiguous()
+
+
+@torch.library.custom_op("cupy_kernels::norm", mutates_args=())
+def _norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
+             rms: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    y, mean, rstd = _norm.norm_forward_impl(x.contiguous(), _opt_contig(weight), _opt_contig(bias), eps,
+                                            "rms_norm" if rms else "layer_norm")
+    return y, (rstd.new_empty(0) if mean is None else mean), rstd
+
+
+@_norm_op.register_fake
+def _(x, weight, bias, eps, rms):
+    stats = x.new_empty(x.shape[:-1], dtype=_stat_dtype(x))
+    mean = x.new_empty(0, dtype=_stat_dtype(x)) if rms else torch.empty_like(stats)
+    return torch.empty_like(x, memory_format=torch.contiguous_format), mean, stats
+
+
+@torch.library.custom_op("cupy_kernels::norm_backward", mutates_args=())
+def _norm_bwd_op(dy: torch.Tensor, src: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                 mean: Optional[torch.Tensor], rstd: torch.Tensor, rms: bool, from_output: bool, need_dw: bool,
+                 need_db: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dx, dw, db = _norm.norm_backward_impl(dy.contiguous(), src.contiguous(), _opt_contig(weight), _opt_contig(bias),
+                                          None if rms else mean, rstd, "rms_norm" if rms else "layer_norm",
+                                          from_output, need_dw, need_db)
+    empty = dx.new_empty(0)
+    return dx, empty if dw is None else dw, empty if db is None else db
+
+
+@_norm_bwd_op.register_fake
+def _(dy, src, weight, bias, mean, rstd, rms, from_output, need_dw, need_db):
+    def grad_of(p, need):
+        return p.new_empty(p.shape) if (p is not None and need) else src.new_empty(0)
+
+    return (torch.empty_like(src, memory_format=torch.contiguous_format), grad_of(weight, need_dw),
+            grad_of(bias, need_db and not rms))
+
+
+def _norm_setup(ctx, inputs, output):
+    x, weight, bias, eps, rms = inputs
+    ctx.rms = rms
+    ctx.save_for_backward(x, weight, bias, output[1], output[2])
+
+
+def _norm_backward(ctx, dy, _dmean, _drstd):
+    x, weight, bias, mean, rstd = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    dx, dw, db = _norm_bwd_op(dy, x, weight, bias, None if ctx.rms else mean, rstd, ctx.rms, False,
+                              bool(need[1]), bool(need[2]))
+    return (dx, dw if weight is not None and need[1] else None, db if bias is not None and need[2] else None,
+            None, None)
+
+
+_norm_op.register_autograd(_norm_backward, setup_context=_norm_setup)
+
+
+@torch.library.custom_op("cupy_kernels::norm_inplace", mutates_args=("x",))
+def _norm_inplace_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
+                     rms: bool) -> torch.Tensor:
+    _, _, rstd = _norm.norm_forward_impl(x, _opt_contig(weight), _opt_contig(bias), eps,
+                                         "rms_norm" if rms else "layer_norm", inplace=True)
+    return rstd
+
+
+@_norm_inplace_op.register_fake
+def _(x, weight, bias, eps, rms):
+    return x.new_empty(x.shape[:-1], dtype=_stat_dtype(x))
+
+
+class _NormInplace(torch.autograd.Function):
+    """layer_norm_ / rms_norm_ under autograd: the backward recomputes the normalised input from the
+    output (x after the call), weight and bias, with the saved rstd (Apex's memory-efficient form)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, rms):
+        rstd = _norm_inplace_op(x, weight, bias, eps, rms)
+        ctx.mark_dirty(x)
+        ctx.rms = rms
+        ctx.save_for_backward(x, weight, bias, rstd)
+        return x
+
+    @staticmethod
+    def backward(ctx, dy):
+        y, weight, bias, rstd = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        dx, dw, db = _norm_bwd_op(dy, y, weight, bias, None, rstd, ctx.rms, True, bool(need[1]), bool(need[2]))
+        return (dx, dw if weight is not None and need[1] else None, db if bias is not None and need[2] else None,
+                None, None)
+
+
+def layer_norm(x, weight=None, bias=None, eps=1e-5):
+    return _norm_op(x, weight, bias, float(eps), False)[0]
+
+
+def rms_norm(x, weight=None, eps=1e-6):
+    return _norm_op(x, weight, None, float(eps), True)[0]
+
+
+def _norm_inplace(op, x, weight, bias, eps, rms):
+    _norm.check_inplace(op, x)  # every check before anything is written
+    _check_leaf(op, x)
+    grad = torch.is_grad_enabled() and (x.requires_grad or any(p is not None and p.requires_grad
+                                                               for p in (weight, bias)))
+    if not grad:
+        _norm_inplace_op(x, weight, bias, float(eps), rms)
+        return x
+    if weight is not None and bool((weight == 0).any()):  # one device sync, only under autograd
+        raise ValueError(f"{op}: weight has an entry of exactly zero; the in-place backward recomputes the "
+                         "normalised input as (y - bias) / weight and cannot (use the out-of-place op)")
+    return _NormInplace.apply(x, weight, bias, float(eps), rms)
+
+
+def layer_norm_(x, weight=None, bias=None, eps=1e-5):
+    return _norm_inplace("layer_norm_", x, weight, bias, eps, False)
+
+
+def rms_norm_(x, weight=None, eps=1e-6):
+    return _norm_inplace("rms_norm_", x, weight, None, eps, True)
+
+
+# ---- timex: RWKV causal depthwise long convolution (ops/timex.py) ------------------------------
+from .ops import timex as _timex  # noqa: E402
+
+
+@torch.library.custom_op("cupy_kernels::timex", mutates_args=())
+def _timex_op(w: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Tensor:
+    return _timex.timex_impl(w, k, eps)
+
+
+@_timex_op.register_fake
+def _(w, k, eps):
+    return k.new_empty(tuple(k.shape))
+
+
+@torch.library.custom_op("cupy_kernels::timex_backward", mutates_args=())
+def _timex_backward_op(w: torch.Tensor, k: torch.Tensor, grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _timex.timex_backward_impl(w, k, grad_out)
+
+
+@_timex_backward_op.register_fake
+def _(w, k, grad_out):
+    return w.new_empty(tuple(w.shape)), k.new_empty(tuple(k.shape))
+
+
+def _timex_setup(ctx, inputs, output):
+    w, k, _eps = inputs
+    ctx.save_for_backward(w, k)
+
+
+def _timex_grad(ctx, grad):
+    # grad_w is reduced over the batch inside the kernel; eps gets no gradient.
+    w, k = ctx.saved_tensors
+    if grad.dim() == 3 and grad.shape[-1] > 1 and grad.stride(-1) != 1:
+        grad = grad.contiguous()  # the kernels take any batch / channel strides but a unit stride in t
+    gw, gk = _timex_backward_op(w, k, grad)
+    return gw, gk, None
+
+
+_timex_op.register_autograd(_timex_grad, setup_context=_timex_setup)
+
+
+def timex(w, k, eps=0.0):
+    return _timex_op(w, k, float(eps))
