@@ -1,0 +1,538 @@
+// RWKV "timex": causal depthwise long convolution and its two gradients.
+//   out[b,c,t]      = eps + sum_{u<=t} w[c,T-1-t+u] k[b,c,u]     (tap f[c,d] = w[c,T-1-d], d = t-u >= 0)
+//   grad_k[b,c,u]   = sum_{t>=u} g[b,c,t] w[c,T-1-t+u]          (the same product on time-reversed g)
+//   grad_w[c,T-1-d] = sum_b sum_{t>=d} g[b,c,t] k[b,c,t-d]      (a correlation, reduced over b in-kernel)
+// Rows of k / g are addressed with element strides (sb, sc) and unit stride along t; rows of w with ldw
+// (so the view w[:, -T:] of a longer filter needs no copy). Outputs are C-contiguous. The ladder rungs
+// 2-5 are the seed article's kernels (float32, contiguous k, the seed's limits as preconditions).
+#include "common/types.cuh"
+
+extern __shared__ __align__(16) unsigned char timex_dyn_smem[];  // dynamic shared memory of the ladder
+
+// ---- ladder 1: naive ------------------------------------------------------------------------------
+// One thread per output (b,c,t) summing t+1 products straight from global memory (L1 catches the reuse).
+// Launch: 1-D grid-stride loop over B*C*T; any sizes, any element type (accumulates in AccOf<E>).
+template <typename E>
+__global__ void timex_naive(const E* __restrict__ w, long long ldw, const E* __restrict__ k, long long sb,
+                            long long sc, E* __restrict__ out, double eps, int B, int C, int T) {
+  typedef typename AccOf<E>::type A;
+  const long long n = (long long)B * C * T;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const int t = (int)(i % T);
+    const long long bc = i / T;
+    const int c = (int)(bc % C);
+    const long long b = bc / C;
+    const E* ww = w + c * ldw + (T - 1 - t);
+    const E* kk = k + b * sb + c * sc;
+    A s = 0;
+    for (int u = 0; u <= t; ++u) s += cast<A>(ww[u]) * cast<A>(kk[u]);
+    out[i] = cast<E>(s + (A)eps);
+  }
+}
+
+// Naive grad_k: one thread per (b,c,u), grad_k = sum_{t>=u} g[b,c,t] w[c,T-1-t+u]. Grid-stride, any sizes.
+template <typename E>
+__global__ void timex_naive_grad_k(const E* __restrict__ w, long long ldw, const E* __restrict__ g, long long sb,
+                                   long long sc, E* __restrict__ gk, int B, int C, int T) {
+  typedef typename AccOf<E>::type A;
+  const long long n = (long long)B * C * T;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const int u = (int)(i % T);
+    const long long bc = i / T;
+    const int c = (int)(bc % C);
+    const long long b = bc / C;
+    const E* ww = w + c * ldw + (T - 1 + u);
+    const E* gg = g + b * sb + c * sc;
+    A s = 0;
+    for (int t = u; t < T; ++t) s += cast<A>(gg[t]) * cast<A>(ww[-t]);
+    gk[i] = cast<E>(s);
+  }
+}
+
+// Naive grad_w: one thread per (c,j), d = T-1-j: grad_w[c,j] = sum_b sum_{t>=d} g[b,c,t] k[b,c,t-d].
+// Grid-stride over C*T, any sizes; the sum over b happens inside the thread (no (B,C,T) temporary).
+template <typename E>
+__global__ void timex_naive_grad_w(const E* __restrict__ k, long long ksb, long long ksc, const E* __restrict__ g,
+                                   long long gsb, long long gsc, E* __restrict__ gw, int B, int C, int T) {
+  typedef typename AccOf<E>::type A;
+  const long long n = (long long)C * T;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const int j = (int)(i % T), d = T - 1 - j;
+    const long long c = i / T;
+    A s = 0;
+    for (long long b = 0; b < B; ++b) {
+      const E* kk = k + b * ksb + c * ksc;
+      const E* gg = g + b * gsb + c * gsc;
+      for (int t = d; t < T; ++t) s += cast<A>(gg[t]) * cast<A>(kk[t - d]);
+    }
+    gw[i] = cast<E>(s);
+  }
+}
+
+// ---- ladder 2: shared memory ----------------------------------------------------------------------
+// The row's w and k are staged once in shared memory; each thread then reads fast on-chip copies.
+// Launch: grid B*C (one block per row), block T threads; T <= 1024; dynamic smem 2*T floats.
+__global__ void timex_shared(const float* __restrict__ w, long long ldw, const float* __restrict__ k,
+                             float* __restrict__ out, double eps, int B, int C, int T) {
+  float* ww = reinterpret_cast<float*>(timex_dyn_smem);
+  float* kk = ww + T;
+  const long long row = blockIdx.x;
+  const int c = (int)(row % C), t = threadIdx.x;
+  ww[t] = w[c * ldw + t];
+  kk[t] = k[row * T + t];
+  __syncthreads();
+  const float* wt = ww + (T - 1 - t);
+  float s = 0.f;
+  for (int u = 0; u <= t; ++u) s += wt[u] * kk[u];
+  out[row * T + t] = s + (float)eps;
+}
+
+// ---- ladder 3: four outputs per thread (float4) ---------------------------------------------------
+// A thread computes t..t+3 as a float4: each k[u] read from shared memory feeds four FMAs.
+// Launch: grid B*C, block T/4 threads; T % 4 == 0, T <= 4096; dynamic smem 2*T floats.
+__global__ void timex_float4(const float* __restrict__ w, long long ldw, const float* __restrict__ k,
+                             float* __restrict__ out, double eps, int B, int C, int T) {
+  float* sw = reinterpret_cast<float*>(timex_dyn_smem);
+  float* sk = sw + T;
+  const long long row = blockIdx.x;
+  const int c = (int)(row % C);
+  for (int i = threadIdx.x; i < T; i += blockDim.x) {
+    sw[i] = w[c * ldw + i];
+    sk[i] = k[row * T + i];
+  }
+  __syncthreads();
+  const int t = threadIdx.x * 4;
+  const float* ww = sw + T - t - 4;  // ww[u + 3 - j] = w[T-1-(t+j)+u]
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int u = 0; u <= t; ++u) {
+    const float x = sk[u];
+    s.x += ww[u + 3] * x;
+    s.y += ww[u + 2] * x;
+    s.z += ww[u + 1] * x;
+    s.w += ww[u + 0] * x;
+  }
+  s.y += ww[t + 3] * sk[t + 1];  // the triangle u = t+1 .. t+j left over by the common loop
+  s.z += ww[t + 2] * sk[t + 1];
+  s.z += ww[t + 3] * sk[t + 2];
+  s.w += ww[t + 1] * sk[t + 1];
+  s.w += ww[t + 2] * sk[t + 2];
+  s.w += ww[t + 3] * sk[t + 3];
+  const float e = (float)eps;
+  reinterpret_cast<float4*>(out + row * T)[threadIdx.x] = make_float4(s.x + e, s.y + e, s.z + e, s.w + e);
+}
+
+// ---- ladders 4 and 5: batch-grouped (8 rows of one channel per block) -----------------------------
+// Outputs t..t+3 of the block's 8 rows: sw holds w[c], sk the 8 k rows (row stride T).
+__device__ __forceinline__ void batch8_group(const float* sw, const float* sk, int T, int t, float* out, long long rstride,
+                                             float e) {
+  constexpr int BF = 8;
+  float4 s[BF];
+#pragma unroll
+  for (int j = 0; j < BF; ++j) s[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float* ww = sw + T - t - 4;
+  for (int u = 0; u <= t; ++u) {
+    const float w3 = ww[u + 3], w2 = ww[u + 2], w1 = ww[u + 1], w0 = ww[u];
+#pragma unroll
+    for (int j = 0; j < BF; ++j) {
+      const float x = sk[j * T + u];
+      s[j].x += w3 * x;
+      s[j].y += w2 * x;
+      s[j].z += w1 * x;
+      s[j].w += w0 * x;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < BF; ++j) {
+    const float* kk = sk + j * T;
+    s[j].y += ww[t + 3] * kk[t + 1];
+    s[j].z += ww[t + 2] * kk[t + 1];
+    s[j].z += ww[t + 3] * kk[t + 2];
+    s[j].w += ww[t + 1] * kk[t + 1];
+    s[j].w += ww[t + 2] * kk[t + 2];
+    s[j].w += ww[t + 3] * kk[t + 3];
+    *reinterpret_cast<float4*>(out + j * rstride + t) = make_float4(s[j].x + e, s[j].y + e, s[j].z + e, s[j].w + e);
+  }
+}
+
+__device__ __forceinline__ void batch8_stage(const float* w, long long ldw, const float* k, int C, int T, int c,
+                                             long long b0, float* sw, float* sk) {
+  for (int i = threadIdx.x; i < T; i += blockDim.x) {
+    sw[i] = w[c * ldw + i];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sk[j * T + i] = k[((b0 + j) * C + c) * (long long)T + i];
+  }
+  __syncthreads();
+}
+
+// Ladder 4, batch-grouped (seed step 4): w is shared across b, so a block takes 8 rows of one channel
+// and every tap read from shared memory feeds 8 rows x 4 outputs = 32 FMAs.
+// Launch: grid (C, B/8), block T/4 threads; B % 8 == 0, T % 4 == 0, T <= 1024; dynamic smem 9*T floats.
+__global__ void timex_batch8(const float* __restrict__ w, long long ldw, const float* __restrict__ k,
+                             float* __restrict__ out, double eps, int B, int C, int T) {
+  float* sw = reinterpret_cast<float*>(timex_dyn_smem);
+  float* sk = sw + T;
+  const int c = blockIdx.x;
+  const long long b0 = (long long)blockIdx.y * 8;
+  batch8_stage(w, ldw, k, C, T, c, b0, sw, sk);
+  batch8_group(sw, sk, T, threadIdx.x * 4, out + (b0 * C + c) * T, (long long)C * T, (float)eps);
+}
+
+// Ladder 5, balanced (the seed's unfinished step 5): in rung 4 thread t loops t+1 times, so the warps
+// holding late t set the block's pace. Here each thread takes group i and group T/4-1-i: every thread
+// loops T-2 times in all. Launch: grid (C, B/8), block T/8 threads; B % 8 == 0, T % 8 == 0, T <= 1024;
+// dynamic smem 9*T floats.
+__global__ void timex_balanced(const float* __restrict__ w, long long ldw, const float* __restrict__ k,
+                               float* __restrict__ out, double eps, int B, int C, int T) {
+  float* sw = reinterpret_cast<float*>(timex_dyn_smem);
+  float* sk = sw + T;
+  const int c = blockIdx.x;
+  const long long b0 = (long long)blockIdx.y * 8;
+  batch8_stage(w, ldw, k, C, T, c, b0, sw, sk);
+  float* o = out + (b0 * C + c) * T;
+  batch8_group(sw, sk, T, T - 4 - threadIdx.x * 4, o, (long long)C * T, (float)eps);  // the long one first
+  batch8_group(sw, sk, T, threadIdx.x * 4, o, (long long)C * T, (float)eps);
+}
+
+// ---- default: register/shared tiling of the Toeplitz product --------------------------------------
+// Per channel, out[b, t] = sum_u k[b, u] * F[u, t] with F[u, t] = f[t-u] (0 for u > t): a (B x T) @ (T x T)
+// product whose right factor is a triangular Toeplitz matrix. A block owns BM rows b x TN times t of one
+// channel; a thread owns RB x RT outputs (RB rows b, RT consecutive t) in registers. The u axis goes by
+// chunks of KU: the chunk's k tile (KU x BM) and the TN+KU-1 taps it touches sit in shared memory
+// (double-buffered, the next chunk prefetched into registers while this one is used). Taps with d < 0 are
+// stored as zeros, so the triangle needs no branches; a warp skips chunks that lie wholly above its t.
+// For a thread with t = t0+lt+j and u = u0+q, the tap sits at lt + j + KU-1-q in the chunk's tap window:
+// one 16-byte load of taps serves 4 values of u, each k load RB x RT FMAs.
+// With REV the same kernel computes grad_k: it reads g at T-1-u and writes at T-1-t (time reversal).
+constexpr int TX_THREADS = 128;  // 4 warps
+
+template <typename A, int N>
+__device__ __forceinline__ void lds(A* dst, const A* src) {  // N values from 16-byte aligned shared memory
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int m = 0; m < N; m += 4) {
+      const Pack<A, 4> p = *reinterpret_cast<const Pack<A, 4>*>(src + m);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dst[m + e] = p.v[e];
+    }
+  } else if constexpr (N % 2 == 0) {
+#pragma unroll
+    for (int m = 0; m < N; m += 2) {
+      const Pack<A, 2> p = *reinterpret_cast<const Pack<A, 2>*>(src + m);
+      dst[m] = p.v[0];
+      dst[m + 1] = p.v[1];
+    }
+  } else {
+#pragma unroll
+    for (int m = 0; m < N; ++m) dst[m] = src[m];
+  }
+}
+
+// Launch: grid (C, ceil(T/TN), ceil(B/BM)), block 128; TN = (32/WB)*RT*4, BM = WB*RB; any B, C, T >= 1
+// (T/TN and B/BM <= 65535). RT % 4 == 0, KU % 4 == 0. Out is C-contiguous (B, C, T). VEC: k read 4 values
+// at a time (T, the strides and the pointer multiples of 4 elements).
+template <typename E, int RB, int RT, int WB, bool REV, int KU, bool VEC>
+__global__ void __launch_bounds__(TX_THREADS, (VEC && RT <= 8) ? 4 : 3)
+timex_tiled(const E* __restrict__ w, long long ldw, const E* __restrict__ k, long long sb, long long sc,
+            E* __restrict__ out, double eps, int B, int C, int T) {
+  typedef typename AccOf<E>::type A;
+  constexpr int WT = 32 / WB;                   // t-lanes per warp
+  constexpr int BM = WB * RB;                   // rows b per block
+  constexpr int TN = WT * RT * (TX_THREADS / 32);  // times t per block
+  constexpr int KS = BM + (BM % 4 == 0 ? 4 : 2);  // padded k-tile row (fewer bank conflicts when staging)
+  constexpr int NTAP = TN + KU;                 // >= TN + KU - 1 taps per chunk
+  constexpr int V = VEC ? 4 : 1;               // k elements per global load
+  constexpr int NK = (KU * BM / V + TX_THREADS - 1) / TX_THREADS;
+  constexpr int NTP = (NTAP + TX_THREADS - 1) / TX_THREADS;
+  static_assert(RT % 4 == 0 && 32 % WB == 0, "tile shape");
+  __shared__ __align__(32) A ks[2][KU * KS];
+  __shared__ __align__(32) A tp[2][NTAP];
+
+  const int c = blockIdx.x;
+  const int t0 = (gridDim.y - 1 - blockIdx.y) * TN;  // the longest tiles start first
+  const long long b0 = (long long)blockIdx.z * BM;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int lane_b = lane % WB, lane_t = lane / WB;
+  const int lt = (warp * WT + lane_t) * RT;
+  const int warp_tmax = t0 + (warp + 1) * WT * RT - 1;
+  const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
+  const E* krow0 = k + (long long)c * sc;
+  const E* wrow = w + (long long)c * ldw;
+
+  A pk[NK * V], pt[NTP];
+  auto fetch = [&](int u0) {
+#pragma unroll
+    for (int s = 0; s < NK; ++s) {
+      const int idx = (threadIdx.x + s * TX_THREADS) * V;  // element index in the (BM, KU) tile
+      const long long b = b0 + idx / KU;
+      const int u = u0 + idx % KU;
+      if (idx < KU * BM && b < B && u < T) {
+        if constexpr (VEC) {  // u % 4 == 0 and T % 4 == 0: the 4 values are in bounds and aligned
+          const Pack<E, 4> p = *reinterpret_cast<const Pack<E, 4>*>(krow0 + b * sb + (REV ? T - 4 - u : u));
+#pragma unroll
+          for (int e = 0; e < 4; ++e) pk[s * V + e] = cast<A>(p.v[REV ? 3 - e : e]);
+        } else {
+          pk[s] = cast<A>(krow0[b * sb + (REV ? T - 1 - u : u)]);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) pk[s * V + e] = 0;
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < NTP; ++s) {
+      const int i = threadIdx.x + s * TX_THREADS;
+      const int d = t0 - u0 - (KU - 1) + i;
+      A v = 0;
+      if (i < NTAP && d >= 0 && d < T) v = cast<A>(wrow[T - 1 - d]);
+      pt[s] = v;
+    }
+  };
+  auto stash = [&](int buf) {
+#pragma unroll
+    for (int s = 0; s < NK; ++s) {
+      const int idx = (threadIdx.x + s * TX_THREADS) * V;
+      if (idx < KU * BM) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) ks[buf][(idx % KU + e) * KS + idx / KU] = pk[s * V + e];
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < NTP; ++s) {
+      const int i = threadIdx.x + s * TX_THREADS;
+      if (i < NTAP) tp[buf][i] = pt[s];
+    }
+  };
+
+  A acc[RB][RT];
+#pragma unroll
+  for (int i = 0; i < RB; ++i)
+#pragma unroll
+    for (int j = 0; j < RT; ++j) acc[i][j] = 0;
+
+  fetch(0);
+  stash(0);
+  __syncthreads();
+  for (int ch = 0; ch < nchunks; ++ch) {
+    const int buf = ch & 1, u0 = ch * KU;
+    if (ch + 1 < nchunks) fetch(u0 + KU);
+    if (u0 <= warp_tmax) {  // warp-uniform: chunks wholly above the warp's t hold only zero taps
+      const A* kq = ks[buf] + lane_b * RB;
+      const A* tq = tp[buf] + lt + KU - 4;
+#pragma unroll 2
+      for (int p = 0; p < KU / 4; ++p) {
+        A win[RT + 4];  // taps for u = u0+4p+q, t = t0+lt+j at win[j + 3 - q]
+        lds<A, RT + 4>(win, tq - 4 * p);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          A kv[RB];
+          lds<A, RB>(kv, kq + (4 * p + q) * KS);
+#pragma unroll
+          for (int i = 0; i < RB; ++i)
+#pragma unroll
+            for (int j = 0; j < RT; ++j) acc[i][j] = fma(kv[i], win[j + 3 - q], acc[i][j]);
+        }
+      }
+    }
+    if (ch + 1 < nchunks) stash(buf ^ 1);
+    __syncthreads();
+  }
+
+  const A e = (A)eps;
+#pragma unroll
+  for (int i = 0; i < RB; ++i) {
+    const long long b = b0 + lane_b * RB + i;
+    if (b >= B) continue;
+    E* orow = out + (b * C + c) * (long long)T;
+#pragma unroll
+    for (int j = 0; j < RT; j += 4) {
+      const int t = t0 + lt + j;
+      if ((T & 3) == 0 && t < T) {  // 4 outputs as one aligned store (t % 4 == 0, rows start at multiples of 4)
+        Pack<E, 4> p;
+#pragma unroll
+        for (int x = 0; x < 4; ++x) p.v[REV ? 3 - x : x] = cast<E>(acc[i][j + x] + e);
+        *reinterpret_cast<Pack<E, 4>*>(orow + (REV ? T - 4 - t : t)) = p;
+      } else {
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+          if (t + x < T) orow[REV ? T - 1 - (t + x) : t + x] = cast<E>(acc[i][j + x] + e);
+      }
+    }
+  }
+}
+
+// ---- default grad_w: tiled correlation reduced over b ---------------------------------------------
+// grad_f[c, d] = sum_b sum_u k[b,c,u] g[b,c,u+d]. A block owns DN = LD*RD lags d of one channel and loops
+// over chunks of 8 rows b x KU = (32/LD)*RU values of u. A thread owns RD consecutive lags and, per row,
+// one run of RU consecutive u: RU k values and the RU+RD-1 g values they meet give RU*RD FMAs
+// (a sliding window, like the forward's taps). Warps take different rows; at the end the partial sums
+// are added across the u-lanes (shuffles) and the 4 warps (shared memory) in a fixed order: deterministic,
+// and no (B,C,T) temporary. Shared rows are padded by 4 after every 16 values (conflict-free 16-byte loads).
+// Blocks run channel group by channel group (16 channels, all their lag tiles, the small lags first), so
+// the k and g rows a group re-reads stay in L2. VEC: 4-element global loads (T, strides and pointers
+// multiples of 4 elements). Launch: 1-D grid of C*ceil(T/DN) blocks of 128; any B, C, T >= 1.
+#define TX_PAD(i) ((i) + ((i) >> 4) * 4)
+constexpr int TX_GROUP = 16;
+template <typename E, int RD, int RU, int LD, bool VEC>
+__global__ void __launch_bounds__(TX_THREADS, 3)
+timex_grad_w(const E* __restrict__ k, long long ksb, long long ksc, const E* __restrict__ g, long long gsb,
+             long long gsc, E* __restrict__ gw, int B, int C, int T) {
+  typedef typename AccOf<E>::type A;
+  constexpr int WARPS = TX_THREADS / 32;
+  constexpr int LU = 32 / LD;
+  constexpr int DN = LD * RD;       // lags per block
+  constexpr int KU = LU * RU;       // u per chunk row
+  constexpr int BPW = 2;            // rows per warp per chunk
+  constexpr int BB = WARPS * BPW;   // rows per chunk
+  constexpr int GN = KU + DN;       // g values per chunk row (>= KU + DN - 1)
+  constexpr int KP = TX_PAD(KU), GP = TX_PAD(GN);
+  constexpr int V = VEC ? 4 : 1;    // elements per global load
+  constexpr int NKV = (BB * KU / V + TX_THREADS - 1) / TX_THREADS;
+  constexpr int NGV = (BB * GN / V + TX_THREADS - 1) / TX_THREADS;
+  static_assert(KU % 16 == 0 && GN % 16 == 0 && RU % 4 == 0 && RD % 4 == 0, "tile shape");
+  __shared__ __align__(32) A ksm[2][BB * KP];
+  __shared__ __align__(32) A gsm[2][BB * GP];
+  __shared__ A red[WARPS][DN];
+
+  const int nd = (T + DN - 1) / DN;
+  const long long bid = blockIdx.x;
+  const long long group = bid / ((long long)TX_GROUP * nd);
+  const int gsz = (int)min((long long)TX_GROUP, C - group * TX_GROUP);
+  const int r_in = (int)(bid - group * TX_GROUP * nd);
+  const int c = (int)(group * TX_GROUP) + r_in % gsz;
+  const int d0 = (r_in / gsz) * DN;  // the small lags (the most work) start first
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int lane_d = lane % LD, lane_u = lane / LD;
+  const int n_u = (T - d0 + KU - 1) / KU;
+  const int nchunks = ((B + BB - 1) / BB) * n_u;
+  const E* k0 = k + (long long)c * ksc;
+  const E* g0 = g + (long long)c * gsc;
+
+  A pk[NKV * V], pg[NGV * V];
+  auto fetch = [&](int ch) {
+    const long long bc0 = (long long)(ch / n_u) * BB;
+    const int u0 = (ch % n_u) * KU;
+#pragma unroll
+    for (int s = 0; s < NKV; ++s) {
+      const int idx = (threadIdx.x + s * TX_THREADS) * V;  // element index in the (BB, KU) tile
+      const long long b = bc0 + idx / KU;
+      const int u = u0 + idx % KU;
+      if (idx < BB * KU && b < B && u < T) {
+        if constexpr (VEC) {
+          const Pack<E, 4> p = *reinterpret_cast<const Pack<E, 4>*>(k0 + b * ksb + u);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) pk[s * V + e] = cast<A>(p.v[e]);
+        } else {
+          pk[s] = cast<A>(k0[b * ksb + u]);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) pk[s * V + e] = 0;
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < NGV; ++s) {
+      const int idx = (threadIdx.x + s * TX_THREADS) * V;
+      const long long b = bc0 + idx / GN;
+      const int t = u0 + d0 + idx % GN;
+      if (idx < BB * GN && b < B && t < T) {
+        if constexpr (VEC) {
+          const Pack<E, 4> p = *reinterpret_cast<const Pack<E, 4>*>(g0 + b * gsb + t);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) pg[s * V + e] = cast<A>(p.v[e]);
+        } else {
+          pg[s] = cast<A>(g0[b * gsb + t]);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) pg[s * V + e] = 0;
+      }
+    }
+  };
+  auto stash = [&](int buf) {
+#pragma unroll
+    for (int s = 0; s < NKV; ++s) {
+      const int idx = (threadIdx.x + s * TX_THREADS) * V;
+      if (idx < BB * KU) {
+        A* dst = ksm[buf] + (idx / KU) * KP + TX_PAD(idx % KU);
+        if constexpr (VEC) {
+          Pack<A, 4> p;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) p.v[e] = pk[s * V + e];
+          *reinterpret_cast<Pack<A, 4>*>(dst) = p;
+        } else {
+          *dst = pk[s];
+        }
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < NGV; ++s) {
+      const int idx = (threadIdx.x + s * TX_THREADS) * V;
+      if (idx < BB * GN) {
+        A* dst = gsm[buf] + (idx / GN) * GP + TX_PAD(idx % GN);
+        if constexpr (VEC) {
+          Pack<A, 4> p;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) p.v[e] = pg[s * V + e];
+          *reinterpret_cast<Pack<A, 4>*>(dst) = p;
+        } else {
+          *dst = pg[s];
+        }
+      }
+    }
+  };
+
+  A acc[RD];
+#pragma unroll
+  for (int j = 0; j < RD; ++j) acc[j] = 0;
+  if (nchunks > 0) {
+    fetch(0);
+    stash(0);
+  }
+  __syncthreads();
+  for (int ch = 0; ch < nchunks; ++ch) {
+    const int buf = ch & 1;
+    if (ch + 1 < nchunks) fetch(ch + 1);
+    const long long bc0 = (long long)(ch / n_u) * BB;
+#pragma unroll
+    for (int rr = 0; rr < BPW; ++rr) {
+      const int r = warp * BPW + rr;
+      if (bc0 + r < B) {  // warp-uniform
+        const A* kr = ksm[buf] + r * KP;
+        const A* gr = gsm[buf] + r * GP;
+        A kv[RU], gv[RU + RD];
+#pragma unroll
+        for (int m = 0; m < RU; m += 4) lds<A, 4>(kv + m, kr + TX_PAD(lane_u * RU + m));
+#pragma unroll
+        for (int m = 0; m < RU + RD; m += 4) lds<A, 4>(gv + m, gr + TX_PAD(lane_u * RU + lane_d * RD + m));
+#pragma unroll
+        for (int i = 0; i < RU; ++i)
+#pragma unroll
+          for (int j = 0; j < RD; ++j) acc[j] = fma(kv[i], gv[i + j], acc[j]);
+      }
+    }
+    if (ch + 1 < nchunks) stash(buf ^ 1);
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int j = 0; j < RD; ++j) {
+    A v = acc[j];
+#pragma unroll
+    for (int off = LD; off < 32; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    acc[j] = v;
+  }
+  if (lane_u == 0) {
+#pragma unroll
+    for (int j = 0; j < RD; ++j) red[warp][lane_d * RD + j] = acc[j];
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < DN; x += TX_THREADS) {
+    const int d = d0 + x;
+    if (d < T) {
+      A s = red[0][x];
+#pragma unroll
+      for (int q = 1; q < WARPS; ++q) s += red[q][x];
+      gw[(long long)c * T + (T - 1 - d)] = cast<E>(s);
+    }
+  }
+}

@@ -1,0 +1,344 @@
+"""Host side of cu_src/timex.cu: RWKV "timex", a causal depthwise long convolution, and its gradients.
+
+    out[b, c, t] = eps + sum_{u <= t} w[c, T-1-t+u] * k[b, c, u]
+               (= eps + F.conv1d(F.pad(k, (T-1, 0)), w.unsqueeze(1), groups=C))
+
+`w` is (C, T), `k` is (B, C, T). Rows of `w` may be strided (the view `w[:, -T:]` of a longer filter is
+used without a copy); `k` and `grad_out` may have any batch and channel strides. An input whose last
+axis is not contiguous is copied once (documented in docs/timex.md).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._runtime import CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, is_torch, use_shared_memory
+
+SOURCE = KernelSource("timex.cu")
+THREADS = 128                       # TX_THREADS in timex.cu
+TILED = {                           # tiled forward / grad_k shapes: name -> (RB, RT, WB)
+    "b32": (8, 8, 4),               # 32 rows b x 256 t per block, 8 x 8 outputs per thread
+    "b8": (4, 8, 2),                # 8 rows b x 512 t per block, 4 x 8 per thread (small batches)
+    "b2": (2, 8, 1),                # 2 rows b x 1024 t per block, 2 x 8 per thread (B = 1, 2, 3, ...)
+}
+TILED_F64 = ("f64", (4, 4, 4))      # float64 (gradcheck): 16 rows b x 128 t, 4 x 4 per thread
+TILED_COST = {"b32": 1.0, "b8": 1.15, "b2": 1.5}  # relative cost per useful FMA (smem traffic per FMA)
+GRAD_W = {"float": (16, 16, 4), "f64": (8, 8, 4)}  # grad_w (RD, RU, LD): 64 lags / block (32 for float64)
+# Other float32 tile shapes compiled for scripts/timex_probe.py to compare on the device (not dispatched).
+PROBE_TILED = [(4, 16, 4), (8, 8, 2), (4, 16, 4, 64)]
+PROBE_GRAD_W = [(16, 8, 4), (8, 16, 8), (8, 8, 4)]
+VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "naive", "shared", "float4", "batch8",
+            "balanced")
+LADDER = ("naive", "shared", "float4", "batch8", "balanced")  # the seed's rungs, in order
+BACKWARD_VARIANTS = ("auto", "tiled", "naive")
+SEED_RUNGS = {  # kernel, float32 only; preconditions checked by _seed_check
+    "shared": "timex_shared", "float4": "timex_float4", "batch8": "timex_batch8", "balanced": "timex_balanced",
+}
+
+
+def _b(v):
+    return "true" if v else "false"
+
+
+def _tiled_name(dtype, cfg, rev, vec):
+    rb, rt, wb, *ku = cfg
+    return f"timex_tiled<{CTYPES[dtype]}, {rb}, {rt}, {wb}, {_b(rev)}, {ku[0] if ku else 32}, {_b(vec)}>"
+
+
+def _grad_w_name(dtype, cfg=None, vec=False):
+    rd, ru, ld = cfg or GRAD_W["f64" if dtype == "float64" else "float"]
+    return f"timex_grad_w<{CTYPES[dtype]}, {rd}, {ru}, {ld}, {_b(vec)}>"
+
+
+def _declare():
+    names = []
+    for dt in FLOAT_DTYPES:
+        names += [f"timex_naive<{CTYPES[dt]}>", f"timex_naive_grad_k<{CTYPES[dt]}>",
+                  f"timex_naive_grad_w<{CTYPES[dt]}>"]
+    names += list(SEED_RUNGS.values())
+    for dt in FLOAT_DTYPES:
+        cfgs = [TILED_F64[1]] if dt == "float64" else list(TILED.values())
+        for cfg in cfgs:
+            names += [_tiled_name(dt, cfg, rev, vec) for rev in (False, True) for vec in (False, True)]
+        names += [_grad_w_name(dt, None, False), _grad_w_name(dt, None, True)]
+    names += [_tiled_name("float32", cfg, rev, vec) for cfg in PROBE_TILED for rev in (False, True)
+              for vec in (False, True)]
+    names += [_grad_w_name("float32", cfg, vec) for cfg in PROBE_GRAD_W for vec in (False, True)]
+    SOURCE.declare(names)
+
+
+_declare()
+
+
+def tiled_shape(cfg):
+    """(rows b per block, times t per block) of a tiled configuration."""
+    rb, rt, wb = cfg[:3]
+    return wb * rb, (32 // wb) * rt * (THREADS // 32)
+
+
+def choose_tiled(dtype: str, B: int) -> str:
+    """The tiled shape with the least estimated work for batch B (padding rows b costs FMAs)."""
+    if dtype == "float64":
+        return TILED_F64[0]
+    return min(TILED, key=lambda n: ceil_div(B, tiled_shape(TILED[n])[0]) * tiled_shape(TILED[n])[0] * TILED_COST[n])
+
+
+def _cfg(name):
+    if isinstance(name, tuple):
+        return name
+    return TILED_F64[1] if name == TILED_F64[0] else TILED[name]
+
+
+# ---- validation ---------------------------------------------------------------------------------
+
+
+def _elem_strides(arr, name, op):
+    """Element strides of a CuPy array, or None when they are not whole elements."""
+    item = arr.dtype.itemsize
+    if any(s % item for s in arr.strides):
+        return None
+    return tuple(s // item for s in arr.strides)
+
+
+def _rows(arr, name, op):
+    """`arr` with unit stride along its last axis (copied once if not) and its element strides."""
+    import cupy
+
+    st = _elem_strides(arr, name, op)
+    if st is None or (arr.shape[-1] > 1 and st[-1] != 1):
+        arr = cupy.ascontiguousarray(arr)
+        st = _elem_strides(arr, name, op)
+    return arr, st
+
+
+def _inputs(call, op, w, k, g=None):
+    wc = call.arg(w, "w", dtypes=FLOAT_DTYPES, ndim=2)
+    kc = call.arg(k, "k", dtypes=FLOAT_DTYPES, ndim=3)
+    if wc.dtype != kc.dtype:
+        raise TypeError(f"{op}: w has dtype {_dtype_name(wc)} but k has {_dtype_name(kc)}; "
+                        f"w and k must have the same dtype")
+    B, C, T = kc.shape
+    if tuple(wc.shape) != (C, T):
+        raise ValueError(f"{op}: w must have shape (C, T) = ({C}, {T}) to match k of shape (B, C, T) = "
+                         f"{tuple(kc.shape)}; got w of shape {tuple(wc.shape)}")
+    gc = None
+    if g is not None:
+        gc = call.arg(g, "grad_out", dtypes=FLOAT_DTYPES, ndim=3)
+        if gc.dtype != kc.dtype:
+            raise TypeError(f"{op}: grad_out has dtype {_dtype_name(gc)} but k has {_dtype_name(kc)}; they must match")
+        if tuple(gc.shape) != tuple(kc.shape):
+            raise ValueError(f"{op}: grad_out must have the shape of k {tuple(kc.shape)}; got {tuple(gc.shape)}")
+    if max(B, C, T) >= 2**31:
+        raise ValueError(f"{op}: B, C and T must each be < 2**31; got k of shape {tuple(kc.shape)}")
+    return wc, kc, gc
+
+
+def _dtype_name(arr) -> str:
+    name = str(arr.dtype)
+    return "bfloat16" if "bfloat16" in name else name
+
+
+# ---- forward ------------------------------------------------------------------------------------
+
+
+def timex(w, k, eps: float = 0.0, *, variant: str = "auto"):
+    """out[b,c,t] = eps + sum_{u<=t} w[c,T-1-t+u] * k[b,c,u] for w (C, T) and k (B, C, T).
+
+    CuPy arrays or CUDA torch tensors (float32, float16, bfloat16, float64); returns the same kind,
+    shape (B, C, T), C-contiguous, in the input dtype (float32 accumulation for half types). Torch
+    tensors with the default variant go through the `cupy_kernels::timex` custom op (autograd runs
+    our backward kernels). `variant` picks a rung of the ladder: see VARIANTS and docs/timex.md.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"timex: variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
+    if is_torch(k) and variant == "auto":
+        from .. import torch_ops
+
+        return torch_ops.timex(w, k, eps)
+    return timex_impl(w, k, eps, variant)
+
+
+def timex_impl(w, k, eps: float = 0.0, variant: str = "auto"):
+    """The kernels' path for either kind of input (no autograd)."""
+    op = "timex"
+    with Call(op, k, "k") as call:
+        wc, kc, _ = _inputs(call, op, w, k)
+        dtype = _dtype_name(kc)
+        B, C, T = kc.shape
+        out = call.empty((B, C, T), dtype)
+        if out.size == 0:
+            return call.result(out)
+        wc, ws = _rows(wc, "w", op)
+        kc, ks = _rows(kc, "k", op)
+        eps = np.float64(eps)
+        if variant in ("auto", "tiled") or variant.startswith("tiled_"):
+            name = choose_tiled(dtype, B) if variant in ("auto", "tiled") else variant[len("tiled_"):]
+            if dtype == "float64" and name != TILED_F64[0]:
+                raise ValueError(f"timex: variant {variant!r} has no float64 kernel; use 'tiled' or 'naive'")
+            if dtype != "float64" and name not in TILED:
+                raise ValueError(f"timex: variant {variant!r} is for float64 only")
+            _launch_tiled(dtype, name, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T)
+        elif variant == "naive":
+            _launch_naive(f"timex_naive<{CTYPES[dtype]}>", B * C * T,
+                          (wc, np.int64(ws[0]), kc, np.int64(ks[0]), np.int64(ks[1]), out, eps,
+                           np.int32(B), np.int32(C), np.int32(T)))
+        else:
+            _seed_rung(variant, dtype, wc, ws[0], kc, out, eps, B, C, T)
+        return call.result(out)
+
+
+def _launch_naive(name, n, args):
+    blocks = max(1, min(ceil_div(n, 256), current().resident_blocks(256) * 8))
+    SOURCE.kernel(name)((blocks,), (256,), args)
+
+
+def _launch_tiled(dtype, name, rev, w, ldw, x, sb, sc, out, eps, B, C, T, vec=None):
+    cfg = _cfg(name)
+    bm, tn = tiled_shape(cfg)
+    grid = (C, ceil_div(T, tn), ceil_div(B, bm))
+    if grid[1] > 65535 or grid[2] > 65535:
+        raise ValueError(f"timex: T = {T} or B = {B} is beyond this kernel's grid ({tn * 65535} / {bm * 65535})")
+    if vec is None:
+        vec = T % 4 == 0 and _aligned4(x, (sb, sc, 1))
+    SOURCE.kernel(_tiled_name(dtype, cfg, rev, vec))(
+        grid, (THREADS,), (w, np.int64(ldw), x, np.int64(sb), np.int64(sc), out, np.float64(eps),
+                           np.int32(B), np.int32(C), np.int32(T)))
+
+
+def seed_preconditions(variant: str, dtype: str, B: int, T: int) -> str | None:
+    """Why a seed rung cannot run this problem (None when it can)."""
+    if dtype != "float32":
+        return f"the seed rung {variant!r} is float32 only; got {dtype}"
+    if variant == "shared" and T > 1024:
+        return f"the seed rung 'shared' needs T <= 1024 (one thread per t); got T = {T}"
+    if variant == "float4" and (T % 4 or T > 4096):
+        return f"the seed rung 'float4' needs T % 4 == 0 and T <= 4096; got T = {T}"
+    if variant in ("batch8", "balanced"):
+        step = 8 if variant == "balanced" else 4
+        if B % 8 or T % step or T > 1024:
+            return (f"the seed rung {variant!r} needs B % 8 == 0, T % {step} == 0 and T <= 1024; "
+                    f"got B = {B}, T = {T}")
+    return None
+
+
+def _seed_rung(variant, dtype, w, ldw, k, out, eps, B, C, T):
+    import cupy
+
+    why = seed_preconditions(variant, dtype, B, T)
+    if why:
+        raise ValueError(f"timex: {why}; use variant='auto'")
+    k = cupy.ascontiguousarray(k)
+    kern = SOURCE.kernel(SEED_RUNGS[variant])
+    args = (w, np.int64(ldw), k, out, eps, np.int32(B), np.int32(C), np.int32(T))
+    if variant == "shared":
+        kern((B * C,), (T,), args, shared_mem=2 * T * 4)
+    elif variant == "float4":
+        smem = 2 * T * 4
+        use_shared_memory(kern, smem, "timex float4")
+        kern((B * C,), (T // 4,), args, shared_mem=smem)
+    else:
+        smem = 9 * T * 4
+        use_shared_memory(kern, smem, f"timex {variant}")
+        kern((C, B // 8), (T // (8 if variant == "balanced" else 4),), args, shared_mem=smem)
+
+
+# ---- backward -----------------------------------------------------------------------------------
+
+
+def timex_backward(w, k, grad_out, *, variant: str = "auto"):
+    """(grad_w, grad_k) of timex for the output gradient grad_out (B, C, T); eps gets no gradient.
+
+    grad_k[b,c,u] = sum_{t>=u} grad_out[b,c,t] w[c,T-1-t+u];
+    grad_w[c,T-1-d] = sum_b sum_{t>=d} grad_out[b,c,t] k[b,c,t-d] (reduced over b inside the kernel).
+    Both come C-contiguous in the input dtype. variant: 'auto' / 'tiled' or 'naive'.
+    """
+    if variant not in BACKWARD_VARIANTS:
+        raise ValueError(f"timex_backward: variant must be one of {', '.join(BACKWARD_VARIANTS)}; got {variant!r}")
+    return timex_backward_impl(w, k, grad_out, variant)
+
+
+def timex_backward_impl(w, k, grad_out, variant: str = "auto"):
+    op = "timex_backward"
+    with Call(op, k, "k") as call:
+        wc, kc, gc = _inputs(call, op, w, k, grad_out)
+        dtype = _dtype_name(kc)
+        B, C, T = kc.shape
+        gw = call.empty((C, T), dtype)
+        gk = call.empty((B, C, T), dtype)
+        if gw.size == 0:
+            return call.result(gw), call.result(gk)
+        if B == 0:
+            gw.fill(0)
+            return call.result(gw), call.result(gk)
+        wc, ws = _rows(wc, "w", op)
+        kc, ks = _rows(kc, "k", op)
+        gc, gs = _rows(gc, "grad_out", op)
+        if variant == "naive":
+            _launch_naive(f"timex_naive_grad_k<{CTYPES[dtype]}>", B * C * T,
+                          (wc, np.int64(ws[0]), gc, np.int64(gs[0]), np.int64(gs[1]), gk,
+                           np.int32(B), np.int32(C), np.int32(T)))
+            _launch_naive(f"timex_naive_grad_w<{CTYPES[dtype]}>", C * T,
+                          (kc, np.int64(ks[0]), np.int64(ks[1]), gc, np.int64(gs[0]), np.int64(gs[1]), gw,
+                           np.int32(B), np.int32(C), np.int32(T)))
+        else:
+            _launch_tiled(dtype, choose_tiled(dtype, B), True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
+            _launch_grad_w(dtype, None, kc, ks, gc, gs, gw, B, C, T)
+        return call.result(gw), call.result(gk)
+
+
+def _aligned4(arr, strides):
+    """Whether rows of `arr` start on 4-element boundaries (4-element vector loads are safe)."""
+    return arr.data.ptr % (4 * arr.dtype.itemsize) == 0 and all(s % 4 == 0 for s in strides[:-1])
+
+
+def _launch_grad_w(dtype, cfg, k, ks, g, gs, gw, B, C, T, vec=None):
+    rd, ru, ld = cfg or GRAD_W["f64" if dtype == "float64" else "float"]
+    if vec is None:
+        vec = T % 4 == 0 and _aligned4(k, ks) and _aligned4(g, gs)
+    blocks = C * ceil_div(T, ld * rd)
+    if blocks >= 2**31:
+        raise ValueError(f"timex_backward: C * ceil(T / {ld * rd}) = {blocks} blocks is beyond the grid limit")
+    SOURCE.kernel(_grad_w_name(dtype, cfg, vec))(
+        (blocks,), (THREADS,), (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), gw,
+                           np.int32(B), np.int32(C), np.int32(T)))
+
+
+# ---- float64 references (host, NumPy) -------------------------------------------------------------
+
+
+def reference(w, k, eps=0.0):
+    """float64 forward on the host through FFTs (exact to ~1e-15): w (C, T), k (B, C, T) NumPy arrays."""
+    w = np.asarray(w, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    T = k.shape[-1]
+    n = 2 * T
+    f = w[:, ::-1]  # f[c, d] = w[c, T-1-d]
+    out = np.fft.irfft(np.fft.rfft(k, n) * np.fft.rfft(f, n), n)[..., :T]
+    return out + eps
+
+
+def reference_backward(w, k, g):
+    """float64 (grad_w, grad_k) on the host through FFTs."""
+    w = np.asarray(w, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    g = np.asarray(g, dtype=np.float64)
+    T = k.shape[-1]
+    n = 2 * T
+    f = w[:, ::-1]
+    G = np.fft.rfft(g, n)
+    # grad_k[u] = sum_d f[d] g[u+d]: a correlation
+    gk = np.fft.irfft(G * np.conj(np.fft.rfft(f, n)), n)[..., :T]
+    # grad_f[d] = sum_b sum_u k[u] g[u+d]
+    gf = np.fft.irfft((G * np.conj(np.fft.rfft(k, n))).sum(axis=0), n)[..., :T]
+    return gf[:, ::-1].copy(), gk
+
+
+def reference_loops(w, k, eps=0.0):
+    """The definition as plain loops (small sizes; checks the FFT reference)."""
+    w = np.asarray(w, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    B, C, T = k.shape
+    out = np.full((B, C, T), float(eps))
+    for t in range(T):
+        for u in range(t + 1):
+            out[:, :, t] += w[None, :, T - 1 - t + u] * k[:, :, u]
+    return out

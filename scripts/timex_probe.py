@@ -1,0 +1,116 @@
+"""Device probe for timex: the fp32 FMA ceiling of this GPU (a pure-FFMA kernel), and each timex kernel
+timed alone at B=32 C=768 T=768 (every tiled shape, grad_k, grad_w), so the ladder's figures can be
+read as fractions of that ceiling. Prints a small table; run from the repository root."""
+from __future__ import annotations
+
+import numpy as np
+
+import cupy
+import cupy_kernels as ck
+from cupy_kernels.bench.timing import Timer
+from cupy_kernels.ops import timex as tx
+
+FMA_SRC = r"""
+extern "C" __global__ void ffma_peak(float* out, int iters) {
+  float a[8];
+  for (int i = 0; i < 8; ++i) a[i] = threadIdx.x * 1e-3f + i;
+  const float m = 0.9999f, c = 1e-4f;
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int r = 0; r < 16; ++r)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) a[i] = fmaf(a[i], m, c);
+  }
+  float s = 0.f;
+  for (int i = 0; i < 8; ++i) s += a[i];
+  if (s == 12345.f) out[0] = s;
+}
+"""
+
+
+def main():
+    timer = Timer()
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    sms = props["multiProcessorCount"]
+    kern = cupy.RawKernel(FMA_SRC, "ffma_peak")
+    out = cupy.zeros(1, cupy.float32)
+    blocks, threads, iters = sms * 8, 256, 4096
+    ms = timer(lambda: kern((blocks,), (threads,), (out, np.int32(iters))))
+    peak = blocks * threads * iters * 16 * 8 * 2 / (ms * 1e-3) / 1e12
+    print(f"fp32 FFMA ceiling: {peak:.1f} TFLOP/s ({sms} SMs, {ms:.3f} ms)")
+
+    B, C, T = 32, 768, 768
+    flop = 2 * B * C * T * (T + 1) // 2
+    w = (cupy.random.standard_normal((C, T), dtype=cupy.float32) / np.float32(np.sqrt(T))).astype(cupy.float32)
+    k = cupy.random.standard_normal((B, C, T), dtype=cupy.float32)
+    g = cupy.random.standard_normal((B, C, T), dtype=cupy.float32)
+    o = cupy.empty_like(k)
+    gw = cupy.empty_like(w)
+    rows = []
+    for name in tx.TILED:
+        rows.append((f"forward tiled {name}", timer(lambda: ck.timex(w, k, variant=f"tiled_{name}")), flop))
+    rows.append(("forward tiled b32 scalar loads", timer(
+        lambda: tx._launch_tiled("float32", "b32", False, w, T, k, C * T, T, o, 0.0, B, C, T, vec=False)), flop))
+    for cfg in tx.PROBE_TILED:
+        rows.append((f"forward tiled {cfg}", timer(
+            lambda: tx._launch_tiled("float32", cfg, False, w, T, k, C * T, T, o, 0.0, B, C, T)), flop))
+    for cfg in ["b32"] + tx.PROBE_TILED:
+        rows.append((f"grad_k tiled {cfg}", timer(
+            lambda: tx._launch_tiled("float32", cfg, True, w, T, g, C * T, T, o, 0.0, B, C, T)), flop))
+    strides = (C * T, T, 1)
+    for cfg in [None] + tx.PROBE_GRAD_W:
+        for vec in (False, True):
+            rows.append((f"grad_w {cfg or tx.GRAD_W['float']} vec={vec}", timer(
+                lambda: tx._launch_grad_w("float32", cfg, k, strides, g, strides, gw, B, C, T, vec=vec)), flop))
+    ref = tx.reference(cupy.asnumpy(w), cupy.asnumpy(k))
+    for cfg in tx.PROBE_TILED:
+        tx._launch_tiled("float32", cfg, False, w, T, k, C * T, T, o, 0.0, B, C, T)
+        print(f"check forward {cfg}: rel err {np.linalg.norm(cupy.asnumpy(o) - ref) / np.linalg.norm(ref):.2e}")
+    rgw, _ = tx.reference_backward(cupy.asnumpy(w), cupy.asnumpy(k), cupy.asnumpy(g))
+    for cfg in tx.PROBE_GRAD_W:
+        tx._launch_grad_w("float32", cfg, k, strides, g, strides, gw, B, C, T)
+        print(f"check grad_w {cfg}: rel err {np.linalg.norm(cupy.asnumpy(gw) - rgw) / np.linalg.norm(rgw):.2e}")
+    rows.append(("backward (both)", timer(lambda: ck.timex_backward(w, k, g)), 2 * flop))
+    for v in tx.LADDER:
+        rows.append((f"forward ladder {v}", timer(lambda: ck.timex(w, k, variant=v)), flop))
+    host_overhead(B, C, T)
+    print(f"B={B} C={C} T={T} float32 (useful FLOP only)")
+    print(f"{'kernel':<32} {'ms':>9} {'TFLOP/s':>8} {'of FFMA':>8}")
+    for name, ms, fl in rows:
+        tf = fl / (ms * 1e-3) / 1e12
+        print(f"{name:<32} {ms:9.4f} {tf:8.1f} {tf / peak:8.1%}")
+
+
+def host_overhead(B, C, T):
+    """Host time per call (back-to-back calls, one sync at the end) of the CuPy and torch paths."""
+    import time
+
+    import torch
+
+    w = torch.randn(C, T, device="cuda", requires_grad=True)
+    k = torch.randn(B, C, T, device="cuda", requires_grad=True)
+    g = torch.randn(B, C, T, device="cuda")
+    wc, kc, gc = (cupy.from_dlpack(x.detach()) for x in (w, k, g))
+    cases = {
+        "cupy forward": lambda: ck.timex(wc, kc),
+        "cupy backward": lambda: ck.timex_backward(wc, kc, gc),
+        "torch op forward (no grad)": lambda: torch.ops.cupy_kernels.timex(w.detach(), k.detach(), 0.0),
+        "torch op backward op": lambda: torch.ops.cupy_kernels.timex_backward(w.detach(), k.detach(), g),
+        "torch autograd fwd+bwd": lambda: torch.autograd.grad(ck.timex(w, k), (w, k), g),
+    }
+    for name, fn in cases.items():
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        n = 20
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        host = (time.perf_counter() - t) / n
+        torch.cuda.synchronize()
+        total = (time.perf_counter() - t) / n
+        print(f"host {name:<28} {host * 1e3:8.3f} ms/call enqueue, {total * 1e3:8.3f} ms/call with the GPU")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,400 @@
+"""timex (RWKV causal depthwise long convolution): forward, backward, ladder, torch op, errors.
+
+References are float64 on the host (FFT, checked against the loop definition), on fresh random inputs
+rounded to the tested dtype; every kernel output is NaN-poisoned first (see the `poison` fixture)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import TOL, cupy_array, gpu, rel_err, rng, rounded, to_f64, torch_gpu
+from cupy_kernels.ops import timex as tx
+
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
+
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+SHAPES = [(1, 1, 1), (2, 3, 5), (3, 2, 127), (4, 3, 1000), (1, 2, 4097), (33, 5, 257), (9, 4, 300), (5, 1, 2)]
+
+
+# ---- host references (CPU) ----------------------------------------------------------------------
+
+
+def loops_backward(w, k, g):
+    B, C, T = k.shape
+    gk = np.zeros((B, C, T))
+    gw = np.zeros((C, T))
+    for t in range(T):
+        for u in range(t + 1):
+            gk[:, :, u] += g[:, :, t] * w[None, :, T - 1 - t + u]
+            gw[:, T - 1 - t + u] += (g[:, :, t] * k[:, :, u]).sum(0)
+    return gw, gk
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 5), (3, 2, 17), (1, 1, 64)])
+def test_fft_reference_matches_the_definition(shape):
+    r = rng()
+    B, C, T = shape
+    w, k, g = r.standard_normal((C, T)), r.standard_normal(shape), r.standard_normal(shape)
+    eps = float(r.standard_normal())
+    assert rel_err(tx.reference(w, k, eps), tx.reference_loops(w, k, eps)) < 1e-13
+    gw, gk = tx.reference_backward(w, k, g)
+    lw, lk = loops_backward(w, k, g)
+    assert rel_err(gw, lw) < 1e-13 and rel_err(gk, lk) < 1e-13
+    # the torch formulation the op replaces
+    if torch is not None:
+        tw, tk = torch.tensor(w), torch.tensor(k)
+        ref = eps + torch.nn.functional.conv1d(torch.nn.functional.pad(tk, (T - 1, 0)), tw.unsqueeze(1), groups=C)
+        assert rel_err(ref.numpy(), tx.reference(w, k, eps)) < 1e-13
+
+
+def test_backward_reference_is_the_gradient():
+    """<g, out(w, k)> differentiated numerically in a random direction matches the reference grads."""
+    r = rng()
+    B, C, T = 3, 2, 9
+    w, k, g = r.standard_normal((C, T)), r.standard_normal((B, C, T)), r.standard_normal((B, C, T))
+    dw, dk = r.standard_normal((C, T)), r.standard_normal((B, C, T))
+    h = 1e-6
+    f = lambda w_, k_: float((g * tx.reference(w_, k_)).sum())
+    num = (f(w + h * dw, k + h * dk) - f(w - h * dw, k - h * dk)) / (2 * h)
+    gw, gk = tx.reference_backward(w, k, g)
+    assert abs(num - ((gw * dw).sum() + (gk * dk).sum())) < 1e-6 * max(1.0, abs(num))
+
+
+def test_seed_preconditions_and_tiled_choice():
+    assert tx.seed_preconditions("batch8", "float32", 32, 768) is None
+    assert tx.seed_preconditions("balanced", "float32", 32, 768) is None
+    assert "B % 8" in tx.seed_preconditions("batch8", "float32", 12, 768)
+    assert "T % 8" in tx.seed_preconditions("balanced", "float32", 8, 772)
+    assert "T <= 1024" in tx.seed_preconditions("shared", "float32", 1, 1025)
+    assert "T % 4" in tx.seed_preconditions("float4", "float32", 1, 5)
+    assert "float32 only" in tx.seed_preconditions("float4", "float16", 1, 8)
+    assert tx.choose_tiled("float32", 32) == "b32"
+    assert tx.choose_tiled("float32", 1) == "b2"
+    assert tx.choose_tiled("float64", 32) == "f64"
+    for name, cfg in tx.TILED.items():
+        bm, tn = tx.tiled_shape(cfg)
+        assert bm == cfg[2] * cfg[0] and tn == (32 // cfg[2]) * cfg[1] * 4
+
+
+def test_rejects_host_arrays_and_bad_variants():
+    w, k = np.ones((2, 3), np.float32), np.ones((1, 2, 3), np.float32)
+    with pytest.raises(TypeError, match="k must be a cupy.ndarray or a CUDA torch.Tensor"):
+        tx.timex(w, k)
+    with pytest.raises(TypeError, match="k must be"):
+        tx.timex_backward(w, k, k)
+    with pytest.raises(ValueError, match="variant must be one of"):
+        tx.timex(w, k, variant="fastest")
+    with pytest.raises(ValueError, match="variant must be one of"):
+        tx.timex_backward(w, k, k, variant="float4")
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch")
+def test_rejects_cpu_tensors():
+    w, k = torch.ones(2, 3), torch.ones(1, 2, 3)
+    with pytest.raises(TypeError, match="CUDA tensor"):
+        tx.timex(w, k)
+
+
+# ---- GPU ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def poison(monkeypatch):
+    """Every buffer the op allocates starts as NaN, so an element a kernel forgets fails the test."""
+    from cupy_kernels._runtime import bridge
+
+    real = bridge.Call.empty
+
+    def empty(self, shape, dtype):
+        arr = real(self, shape, dtype)
+        arr.fill(np.nan)
+        return arr
+
+    monkeypatch.setattr(bridge.Call, "empty", empty)
+
+
+def make(shape, dtype, r, tmax=None):
+    """w (C, T) (a view w_full[:, -T:] when tmax is given), k and g (B, C, T); host float64 copies."""
+    B, C, T = shape
+    wf = r.standard_normal((C, tmax or T)) / np.sqrt(T)
+    k, g = r.standard_normal(shape), r.standard_normal(shape)
+    wd_full = cupy_array(wf, dtype)
+    wd = wd_full[:, -T:] if tmax else wd_full
+    return (wd, cupy_array(k, dtype), cupy_array(g, dtype),
+            rounded(wf, dtype)[:, -T:], rounded(k, dtype), rounded(g, dtype))
+
+
+def check_forward(shape, dtype, variant="auto", tmax=None, tol=None):
+    r = rng()
+    wd, kd, _, w, k, _ = make(shape, dtype, r, tmax)
+    eps = float(r.standard_normal())
+    out = tx.timex(wd, kd, eps, variant=variant)
+    assert out.shape == shape and str(out.dtype) == dtype and out.flags.c_contiguous
+    err = rel_err(out, tx.reference(w, k, eps))
+    assert err <= (tol or TOL[dtype]), f"{variant} {shape} {dtype}: rel err {err:.3g}"
+
+
+def check_backward(shape, dtype, variant="auto", tmax=None, tol=None):
+    r = rng()
+    wd, kd, gd, w, k, g = make(shape, dtype, r, tmax)
+    gw, gk = tx.timex_backward(wd, kd, gd, variant=variant)
+    assert gw.shape == shape[1:] and gk.shape == shape and str(gw.dtype) == dtype and str(gk.dtype) == dtype
+    rgw, rgk = tx.reference_backward(w, k, g)
+    tol = tol or TOL[dtype]
+    e_w, e_k = rel_err(gw, rgw), rel_err(gk, rgk)
+    assert e_w <= tol and e_k <= tol, f"{variant} {shape} {dtype}: grad_w {e_w:.3g}, grad_k {e_k:.3g}"
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_forward(shape, dtype, poison):
+    check_forward(shape, dtype)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_backward(shape, dtype, poison):
+    check_backward(shape, dtype)
+
+
+@gpu
+@pytest.mark.parametrize("variant", ["tiled_b32", "tiled_b8", "tiled_b2"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 2, 127), (33, 3, 1000), (7, 2, 1031), (40, 2, 64)])
+def test_each_tiled_shape(shape, dtype, variant, poison):
+    check_forward(shape, dtype, variant)
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 5), (3, 2, 127), (2, 3, 1000), (1, 1, 4097)])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_naive(shape, dtype, poison):
+    check_forward(shape, dtype, "naive")
+    check_backward(shape, dtype, "naive")
+
+
+@gpu
+@pytest.mark.parametrize("variant,shapes", [
+    ("shared", [(1, 1, 1), (3, 2, 127), (2, 3, 1000), (2, 1, 1024)]),
+    ("float4", [(1, 1, 4), (3, 2, 128), (2, 3, 1000), (1, 2, 4096)]),
+    ("batch8", [(8, 1, 4), (16, 3, 1000), (8, 2, 1024), (32, 2, 768)]),
+    ("balanced", [(8, 1, 8), (16, 3, 1000), (8, 2, 1024), (32, 2, 768)]),
+])
+def test_seed_ladder(variant, shapes, poison):
+    for shape in shapes:
+        check_forward(shape, "float32", variant)
+
+
+@gpu
+@pytest.mark.parametrize("variant,shape,dtype", [
+    ("shared", (1, 1, 1025), "float32"), ("float4", (1, 1, 6), "float32"), ("batch8", (12, 1, 64), "float32"),
+    ("balanced", (8, 1, 36), "float32"), ("batch8", (8, 1, 64), "float16"), ("tiled_b32", (1, 1, 8), "float64"),
+])
+def test_ladder_preconditions_raise(variant, shape, dtype):
+    r = rng()
+    wd, kd, *_ = make(shape, dtype, r)
+    with pytest.raises(ValueError, match="variant"):
+        tx.timex(wd, kd, variant=variant)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_row_strided_w_is_used_without_a_copy(dtype, poison):
+    r = rng()
+    wd, kd, gd, w, k, g = make((3, 4, 300), dtype, r, tmax=1000)
+    arr, strides = tx._rows(wd, "w", "timex")
+    assert arr is wd and strides == (1000, 1)
+    check_forward((3, 4, 300), dtype, tmax=1000)
+    check_backward((3, 4, 300), dtype, tmax=1000)
+
+
+@gpu
+@pytest.mark.parametrize("cfg", [tx.TILED["b32"], tx.TILED["b8"]] + tx.PROBE_TILED)
+@pytest.mark.parametrize("vec", [False, True])
+def test_tile_shapes_both_directions(cfg, vec, poison):
+    """Every compiled tile shape (default and probe candidates), scalar and 4-wide loads, forward and
+    the time-reversed product that gives grad_k."""
+    r = rng()
+    for B, C, T in [(1, 1, 4), (5, 2, 132), (33, 3, 1000), (32, 2, 768)]:
+        w, k = r.standard_normal((C, T)) / np.sqrt(T), r.standard_normal((B, C, T))
+        wd, kd = cupy_array(w, "float32"), cupy_array(k, "float32")
+        out = cupy_array(np.full((B, C, T), np.nan), "float32")
+        tx._launch_tiled("float32", cfg, False, wd, T, kd, C * T, T, out, 0.5, B, C, T, vec=vec)
+        assert rel_err(out, tx.reference(w, k, 0.5)) <= 1e-5, (cfg, vec, B, C, T)
+        out.fill(np.nan)
+        tx._launch_tiled("float32", cfg, True, wd, T, kd, C * T, T, out, 0.0, B, C, T, vec=vec)
+        _, rgk = tx.reference_backward(w, np.zeros_like(k), k)
+        assert rel_err(out, rgk) <= 1e-5, (cfg, vec, B, C, T, "reversed")
+
+
+@gpu
+@pytest.mark.parametrize("cfg", [None] + tx.PROBE_GRAD_W)
+@pytest.mark.parametrize("vec", [False, True])
+def test_grad_w_tile_shapes(cfg, vec):
+    r = rng()
+    for B, C, T in [(1, 1, 4), (9, 2, 132), (17, 3, 1000), (32, 2, 768)]:
+        w, k, g = r.standard_normal((C, T)), r.standard_normal((B, C, T)), r.standard_normal((B, C, T))
+        kd, gd = cupy_array(k, "float32"), cupy_array(g, "float32")
+        gw = cupy_array(np.full((C, T), np.nan), "float32")
+        st = (C * T, T, 1)
+        tx._launch_grad_w("float32", cfg, kd, st, gd, st, gw, B, C, T, vec=vec)
+        assert rel_err(gw, tx.reference_backward(w, k, g)[0]) <= 1e-5, (cfg, vec, B, C, T)
+
+
+@gpu
+def test_strided_k_and_grad_out(poison):
+    import cupy
+
+    r = rng()
+    B, C, T = 5, 3, 130
+    w = r.standard_normal((C, T)) / np.sqrt(T)
+    k, g = r.standard_normal((C, B, T)), r.standard_normal((B, C, 2 * T))
+    wd, kd = cupy.asarray(w, np.float32), cupy.asarray(k, np.float32).transpose(1, 0, 2)  # batch/channel strides
+    gd = cupy.asarray(g, np.float32)[:, :, ::2]  # t stride 2: copied once
+    kh, gh = rounded(k, "float32").transpose(1, 0, 2), rounded(g, "float32")[:, :, ::2]
+    assert tx._rows(kd, "k", "timex")[0] is kd
+    assert rel_err(tx.timex(wd, kd), tx.reference(rounded(w, "float32"), kh)) <= 1e-5
+    gw, gk = tx.timex_backward(wd, kd, gd)
+    rgw, rgk = tx.reference_backward(rounded(w, "float32"), kh, gh)
+    assert rel_err(gw, rgw) <= 1e-5 and rel_err(gk, rgk) <= 1e-5
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(2, 2, 5000), (2, 1, 16384)])
+def test_long_t_float32(shape, poison):
+    check_forward(shape, "float32")
+    check_backward(shape, "float32")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_grad_w_at_t4096(dtype, poison):
+    check_backward((8, 3, 4096), dtype)
+
+
+@gpu
+def test_empty_shapes():
+    import cupy
+
+    for shape in [(0, 3, 5), (2, 0, 5), (2, 3, 0)]:
+        k = cupy.ones(shape, np.float32)
+        w = cupy.ones(shape[1:], np.float32)
+        assert tx.timex(w, k).shape == shape
+        gw, gk = tx.timex_backward(w, k, k)
+        assert gw.shape == shape[1:] and gk.shape == shape
+        if shape[0] == 0:
+            assert float(abs(gw).sum()) == 0.0
+
+
+@gpu
+def test_errors_name_the_argument():
+    import cupy
+
+    k = cupy.ones((2, 3, 5), np.float32)
+    with pytest.raises(ValueError, match=r"w must have shape \(C, T\) = \(3, 5\)"):
+        tx.timex(cupy.ones((3, 6), np.float32), k)
+    with pytest.raises(TypeError, match="w has dtype float16 but k has float32"):
+        tx.timex(cupy.ones((3, 5), np.float16), k)
+    with pytest.raises(TypeError, match="w has dtype int32; expected one of"):
+        tx.timex(cupy.ones((3, 5), np.int32), cupy.ones((2, 3, 5), np.int32))
+    with pytest.raises(ValueError, match="k must have 3 dimensions"):
+        tx.timex(cupy.ones((3, 5), np.float32), cupy.ones((3, 5), np.float32))
+    with pytest.raises(ValueError, match="grad_out must have the shape of k"):
+        tx.timex_backward(cupy.ones((3, 5), np.float32), k, cupy.ones((2, 3, 4), np.float32))
+    with pytest.raises(TypeError, match="w must be a cupy.ndarray"):
+        tx.timex(np.ones((3, 5), np.float32), k)
+
+
+# ---- torch --------------------------------------------------------------------------------------
+
+
+def torch_inputs(shape, dtype, tmax=None, requires_grad=True):
+    B, C, T = shape
+    full = torch.randn(C, tmax or T, device="cuda", dtype=torch.float64) / T ** 0.5
+    full = full.to(getattr(torch, dtype)).requires_grad_(requires_grad)
+    w = full[:, -T:]
+    k = torch.randn(shape, device="cuda", dtype=torch.float64).to(getattr(torch, dtype)).requires_grad_(requires_grad)
+    return full, w, k
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_torch_autograd(dtype):
+    import cupy_kernels as ck
+
+    B, C, T = 3, 4, 200
+    full, w, k = torch_inputs((B, C, T), dtype, tmax=256)
+    out = ck.timex(w, k, 0.25)
+    assert isinstance(out, torch.Tensor) and out.dtype == k.dtype and out.shape == (B, C, T)
+    g = torch.randn_like(out)
+    out.backward(g)
+    wh, kh, gh = (to_f64(x) for x in (w, k, g))
+    assert rel_err(out, tx.reference(wh, kh, 0.25)) <= TOL[dtype]
+    rgw, rgk = tx.reference_backward(wh, kh, gh)
+    assert full.grad.shape == (C, 256) and float(full.grad[:, :-T].abs().sum()) == 0.0
+    assert rel_err(full.grad[:, -T:], rgw) <= TOL[dtype] and rel_err(k.grad, rgk) <= TOL[dtype]
+
+
+@torch_gpu
+def test_torch_gradcheck_float64():
+    import cupy_kernels as ck
+
+    full, _, k = torch_inputs((2, 3, 7), "float64", tmax=9, requires_grad=False)
+    w = full[:, -7:].detach().requires_grad_()  # a leaf that is a row-strided view
+    k.requires_grad_()
+    assert w.stride() == (9, 1)
+    assert torch.autograd.gradcheck(lambda w_, k_: ck.timex(w_, k_, 0.5), (w, k), eps=1e-6, atol=1e-7)
+    torch.library.opcheck(torch.ops.cupy_kernels.timex.default, (w.detach(), k.detach(), 0.5))
+
+
+@torch_gpu
+def test_torch_matches_conv1d_formulation():
+    import torch.nn.functional as F
+
+    import cupy_kernels as ck
+
+    B, C, T = 4, 8, 96
+    _, w, k = torch_inputs((B, C, T), "float32")
+    ref = 0.1 + F.conv1d(F.pad(k, (T - 1, 0)), w.unsqueeze(1), groups=C)
+    g = torch.randn_like(ref)
+    rw, rk = torch.autograd.grad(ref, (w, k), g)
+    ow, ok = torch.autograd.grad(ck.timex(w, k, 0.1), (w, k), g)
+    assert rel_err(ck.timex(w, k, 0.1), to_f64(ref)) < 1e-5
+    assert rel_err(ow, to_f64(rw)) < 1e-5 and rel_err(ok, to_f64(rk)) < 1e-5
+
+
+@torch_gpu
+def test_torch_compile_and_training_step():
+    import cupy_kernels as ck
+
+    class Mix(torch.nn.Module):
+        def __init__(self, C, Tmax):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(C, Tmax) / Tmax ** 0.5)
+            self.proj = torch.nn.Linear(C, C)
+
+        def forward(self, x):  # x (B, T, C)
+            T = x.shape[1]
+            k = self.proj(x).transpose(1, 2)  # (B, C, T), channel stride 1 -> t stride C: copied by the op
+            return ck.timex(self.w[:, -T:], k.contiguous(), 0.0).transpose(1, 2)
+
+    torch.manual_seed(0)
+    model = Mix(16, 64).cuda()
+    x = torch.randn(2, 48, 16, device="cuda")
+    eager = model(x)
+    compiled = torch.compile(model, fullgraph=True)
+    out = compiled(x)
+    assert rel_err(out, to_f64(eager)) < 1e-6
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = compiled(x).square().mean()
+    loss.backward()
+    gw = model.w.grad.clone()
+    assert torch.isfinite(gw).all() and float(gw[:, -48:].abs().sum()) > 0 and float(gw[:, :-48].abs().sum()) == 0
+    w_before = model.w.detach().clone()
+    opt.step()
+    assert not torch.equal(w_before, model.w.detach())
