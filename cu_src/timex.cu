@@ -536,3 +536,143 @@ timex_grad_w(const E* __restrict__ k, long long ksb, long long ksc, const E* __r
     }
   }
 }
+
+// ---- opt-in: split-precision TF32 on the tensor cores (variant "tf32x3", float32 only) -------------
+// The tiled product of timex_tiled with mma.sync m16n8k8 TF32 instead of FFMA. Each float32 x is split as
+// x = hi + lo, hi = tf32(x), lo = tf32(x - hi); a*b ~ hi_a*hi_b + hi_a*lo_b + lo_a*hi_b (3 MMAs, float32
+// accumulation): relative error near 1e-6 instead of TF32's 1e-3. A block owns 32 rows b x 256 times t of
+// one channel; a warp owns 32 x 64 (2 x 8 MMA tiles). Per chunk of 32 u, the k tile ([b][u], row 36) and
+// the taps are staged split in shared memory. The B fragment of n-tile j at k-step s reads taps
+// f[t - u] that depend on j - s only (Toeplitz), so a warp loads the 11 distinct fragments once per chunk.
+// Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1. REV as in timex_tiled.
+__device__ __forceinline__ unsigned tf32_hi(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <bool REV>
+__global__ void __launch_bounds__(TX_THREADS, 3)
+timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict__ k, long long sb, long long sc,
+             float* __restrict__ out, double eps, int B, int C, int T) {
+  constexpr int BM = 32, TN = 256, KU = 32, KSU = KU + 4;  // k tile [b][u]: row 36 -> conflict-free A loads
+  constexpr int NTAP = TN + KU;
+  constexpr int NK = KU * BM / TX_THREADS;  // 8
+  constexpr int NTP = (NTAP + TX_THREADS - 1) / TX_THREADS;
+  __shared__ unsigned khi[BM * KSU], klo[BM * KSU];
+  __shared__ unsigned thi[NTAP], tlo[NTAP];
+
+  const int c = blockIdx.x;
+  const int t0 = (gridDim.y - 1 - blockIdx.y) * TN;
+  const long long b0 = (long long)blockIdx.z * BM;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int warp_tmax = t0 + (warp + 1) * 64 - 1;
+  const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
+  const float* krow0 = k + (long long)c * sc;
+  const float* wrow = w + (long long)c * ldw;
+
+  float acc[2][8][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
+
+  float pk[NK], pt[NTP];
+  auto fetch = [&](int u0) {
+#pragma unroll
+    for (int s = 0; s < NK; ++s) {  // element (bl, q) of the (BM, KU) tile; consecutive threads along u
+      const int idx = threadIdx.x + s * TX_THREADS;
+      const long long b = b0 + idx / KU;
+      const int u = u0 + idx % KU;
+      pk[s] = (b < B && u < T) ? krow0[b * sb + (REV ? T - 1 - u : u)] : 0.f;
+    }
+#pragma unroll
+    for (int s = 0; s < NTP; ++s) {
+      const int i = threadIdx.x + s * TX_THREADS;
+      const int d = t0 - u0 - (KU - 1) + i;
+      pt[s] = (i < NTAP && d >= 0 && d < T) ? wrow[T - 1 - d] : 0.f;
+    }
+  };
+  if (nchunks > 0) fetch(0);
+  for (int ch = 0; ch < nchunks; ++ch) {
+    const int u0 = ch * KU;
+    __syncthreads();  // the previous chunk's fragments are read
+#pragma unroll
+    for (int s = 0; s < NK; ++s) {
+      const int idx = threadIdx.x + s * TX_THREADS;
+      const unsigned hi = tf32_hi(pk[s]);
+      khi[(idx / KU) * KSU + idx % KU] = hi;
+      klo[(idx / KU) * KSU + idx % KU] = tf32_hi(pk[s] - __uint_as_float(hi));
+    }
+#pragma unroll
+    for (int s = 0; s < NTP; ++s) {
+      const int i = threadIdx.x + s * TX_THREADS;
+      if (i < NTAP) {
+        const unsigned hi = tf32_hi(pt[s]);
+        thi[i] = hi;
+        tlo[i] = tf32_hi(pt[s] - __uint_as_float(hi));
+      }
+    }
+    __syncthreads();
+    if (ch + 1 < nchunks) fetch(u0 + KU);  // in flight while this chunk is multiplied
+    if (u0 > warp_tmax) continue;  // warp-uniform: only zero taps left for this warp
+    // B fragments: n-tile j at k-step s uses m = j - s + 3 in [0, 11): taps at
+    // i = 64*warp + 8*(j - s) + grp - tig + KU - 1 (b0) and i - 4 (b1).
+    unsigned bh[11][2], bl[11][2];
+#pragma unroll
+    for (int m = 0; m < 11; ++m) {
+      const int i = warp * 64 + 8 * (m - 3) + grp - tig + KU - 1;
+      bh[m][0] = thi[i];
+      bh[m][1] = thi[i - 4];
+      bl[m][0] = tlo[i];
+      bl[m][1] = tlo[i - 4];
+    }
+#pragma unroll
+    for (int s = 0; s < KU / 8; ++s) {
+      unsigned ah[2][4], al[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int r = (16 * mt + grp) * KSU + 8 * s + tig;
+        ah[mt][0] = khi[r];
+        ah[mt][1] = khi[r + 8 * KSU];
+        ah[mt][2] = khi[r + 4];
+        ah[mt][3] = khi[r + 8 * KSU + 4];
+        al[mt][0] = klo[r];
+        al[mt][1] = klo[r + 8 * KSU];
+        al[mt][2] = klo[r + 4];
+        al[mt][3] = klo[r + 8 * KSU + 4];
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int m = j - s + 3;
+          mma_tf32(acc[mt][j], al[mt], bh[m][0], bh[m][1]);
+          mma_tf32(acc[mt][j], ah[mt], bl[m][0], bl[m][1]);
+          mma_tf32(acc[mt][j], ah[mt], bh[m][0], bh[m][1]);
+        }
+    }
+  }
+
+  const float e = (float)eps;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const long long b = b0 + 16 * mt + grp + (x >= 2 ? 8 : 0);
+        const int t = t0 + warp * 64 + 8 * j + 2 * tig + (x & 1);
+        if (b < B && t < T) out[(b * C + c) * (long long)T + (REV ? T - 1 - t : t)] = acc[mt][j][x] + e;
+      }
+}

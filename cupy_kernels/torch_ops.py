@@ -299,28 +299,30 @@ from .ops import timex as _timex  # noqa: E402
 
 
 @torch.library.custom_op("cupy_kernels::timex", mutates_args=())
-def _timex_op(w: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Tensor:
-    return _timex.timex_impl(w, k, eps)
+def _timex_op(w: torch.Tensor, k: torch.Tensor, eps: float, variant: str) -> torch.Tensor:
+    return _timex.timex_impl(w, k, eps, variant)
 
 
 @_timex_op.register_fake
-def _(w, k, eps):
+def _(w, k, eps, variant):
     return k.new_empty(tuple(k.shape))
 
 
 @torch.library.custom_op("cupy_kernels::timex_backward", mutates_args=())
-def _timex_backward_op(w: torch.Tensor, k: torch.Tensor, grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _timex.timex_backward_impl(w, k, grad_out)
+def _timex_backward_op(w: torch.Tensor, k: torch.Tensor, grad_out: torch.Tensor,
+                       variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _timex.timex_backward_impl(w, k, grad_out, variant)
 
 
 @_timex_backward_op.register_fake
-def _(w, k, grad_out):
+def _(w, k, grad_out, variant):
     return w.new_empty(tuple(w.shape)), k.new_empty(tuple(k.shape))
 
 
 def _timex_setup(ctx, inputs, output):
-    w, k, _eps = inputs
+    w, k, _eps, variant = inputs
     ctx.save_for_backward(w, k)
+    ctx.variant = _timex.backward_variant(variant)
 
 
 def _timex_grad(ctx, grad):
@@ -328,12 +330,12 @@ def _timex_grad(ctx, grad):
     w, k = ctx.saved_tensors
     if grad.dim() == 3 and grad.shape[-1] > 1 and grad.stride(-1) != 1:
         grad = grad.contiguous()  # the kernels take any batch / channel strides but a unit stride in t
-    gw, gk = _timex_backward_op(w, k, grad)
-    return gw, gk, None
+    gw, gk = _timex_backward_op(w, k, grad, ctx.variant)
+    return gw, gk, None, None
 
 
 _timex_op.register_autograd(_timex_grad, setup_context=_timex_setup)
 
 
-def timex(w, k, eps=0.0):
-    return _timex_op(w, k, float(eps))
+def timex(w, k, eps=0.0, variant="auto"):
+    return _timex_op(w, k, float(eps), variant)

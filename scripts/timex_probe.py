@@ -71,14 +71,22 @@ def main():
         tx._launch_grad_w("float32", cfg, k, strides, g, strides, gw, B, C, T)
         print(f"check grad_w {cfg}: rel err {np.linalg.norm(cupy.asnumpy(gw) - rgw) / np.linalg.norm(rgw):.2e}")
     rows.append(("backward (both)", timer(lambda: ck.timex_backward(w, k, g)), 2 * flop))
+    rows.append(("forward tf32x3", timer(lambda: ck.timex(w, k, variant="tf32x3")), flop))
+    rows.append(("grad_k tf32x3", timer(lambda: tx._launch_tf32x3("float32", True, w, T, g, C * T, T, o, 0.0, B, C, T)),
+                 flop))
+    ref = tx.reference(cupy.asnumpy(w), cupy.asnumpy(k))
+    o2 = ck.timex(w, k, variant="tf32x3")
+    print(f"check forward tf32x3: rel err {np.linalg.norm(cupy.asnumpy(o2) - ref) / np.linalg.norm(ref):.2e}")
+    o2 = ck.timex(w, k)
+    print(f"check forward default: rel err {np.linalg.norm(cupy.asnumpy(o2) - ref) / np.linalg.norm(ref):.2e}")
     for v in tx.LADDER:
         rows.append((f"forward ladder {v}", timer(lambda: ck.timex(w, k, variant=v)), flop))
-    host_overhead(B, C, T)
     print(f"B={B} C={C} T={T} float32 (useful FLOP only)")
     print(f"{'kernel':<32} {'ms':>9} {'TFLOP/s':>8} {'of FFMA':>8}")
     for name, ms, fl in rows:
         tf = fl / (ms * 1e-3) / 1e12
         print(f"{name:<32} {ms:9.4f} {tf:8.1f} {tf / peak:8.1%}")
+    host_overhead(B, C, T)
 
 
 def host_overhead(B, C, T):
@@ -87,6 +95,8 @@ def host_overhead(B, C, T):
 
     import torch
 
+    import cupy_kernels.torch_ops  # noqa: F401  (registers torch.ops.cupy_kernels.*)
+
     w = torch.randn(C, T, device="cuda", requires_grad=True)
     k = torch.randn(B, C, T, device="cuda", requires_grad=True)
     g = torch.randn(B, C, T, device="cuda")
@@ -94,8 +104,8 @@ def host_overhead(B, C, T):
     cases = {
         "cupy forward": lambda: ck.timex(wc, kc),
         "cupy backward": lambda: ck.timex_backward(wc, kc, gc),
-        "torch op forward (no grad)": lambda: torch.ops.cupy_kernels.timex(w.detach(), k.detach(), 0.0),
-        "torch op backward op": lambda: torch.ops.cupy_kernels.timex_backward(w.detach(), k.detach(), g),
+        "torch op forward (no grad)": lambda: torch.ops.cupy_kernels.timex(w.detach(), k.detach(), 0.0, "auto"),
+        "torch op backward op": lambda: torch.ops.cupy_kernels.timex_backward(w.detach(), k.detach(), g, "auto"),
         "torch autograd fwd+bwd": lambda: torch.autograd.grad(ck.timex(w, k), (w, k), g),
     }
     for name, fn in cases.items():

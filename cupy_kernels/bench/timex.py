@@ -38,12 +38,12 @@ def _torch_fwd_bwd(w, k, g):
     return torch.autograd.grad(out, (w, k), g)
 
 
-def _ours_fwd_bwd(w, k, g):
+def _ours_fwd_bwd(w, k, g, variant="auto"):
     import torch
 
     import cupy_kernels as ck
 
-    return torch.autograd.grad(ck.timex(w, k), (w, k), g)
+    return torch.autograd.grad(ck.timex(w, k, variant=variant), (w, k), g)
 
 
 def _no_grad(fn):
@@ -68,17 +68,22 @@ def timex_suite(quick: bool):
     impls = {"cupy_kernels": lambda: ck.timex(wc, kc)}
     impls.update({f"ladder {v}": (lambda v=v: ck.timex(wc, kc, variant=v)) for v in LADDER})
     impls["tiled b8 (small-batch shape)"] = lambda: ck.timex(wc, kc, variant="tiled_b8")
+    impls["opt-in tf32x3 (tensor cores)"] = lambda: ck.timex(wc, kc, variant="tf32x3")
     impls["cupy_kernels via torch op"] = _no_grad(lambda: ck.timex(w, k))
     impls["torch conv1d"] = lambda: _torch_forward(w, k)
     yield Group("timex forward", shape, "float32", impls, bytes=nbytes, flops=2 * fmas,
                 note=f"default tile {choose_tiled('float32', B)}")
     yield Group("timex backward", shape, "float32",
                 {"cupy_kernels": lambda: ck.timex_backward(wc, kc, gc),
+                 "opt-in tf32x3 (grad_k on tensor cores)": lambda: ck.timex_backward(wc, kc, gc, variant="tf32x3"),
                  "ladder naive": lambda: ck.timex_backward(wc, kc, gc, variant="naive")},
                 bytes=4 * (3 * B * C * T + 2 * C * T), flops=4 * fmas)
     yield Group("timex forward+backward", shape, "float32",
                 {"cupy_kernels (torch autograd)": lambda: _ours_fwd_bwd(w, k, g),
                  "cupy_kernels (cupy, kernels only)": lambda: (ck.timex(wc, kc), ck.timex_backward(wc, kc, gc)),
+                 "opt-in tf32x3 (torch autograd)": lambda: _ours_fwd_bwd(w, k, g, "tf32x3"),
+                 "opt-in tf32x3 (cupy, kernels only)": lambda: (ck.timex(wc, kc, variant="tf32x3"),
+                                                                ck.timex_backward(wc, kc, gc, variant="tf32x3")),
                  "torch conv1d (autograd)": lambda: _torch_fwd_bwd(w, k, g)},
                 bytes=4 * (4 * B * C * T + 2 * C * T), flops=6 * fmas)
     if not quick:
@@ -99,7 +104,8 @@ def timex_suite(quick: bool):
         shape = f"B={B} C={C} T={T}"
         note = f"tile {choose_tiled('float32', B)}"
         yield Group("timex forward", shape, "float32",
-                    {"cupy_kernels": lambda: ck.timex(wc, kc), "torch conv1d": lambda: _torch_forward(w, k)},
+                    {"cupy_kernels": lambda: ck.timex(wc, kc), "opt-in tf32x3": lambda: ck.timex(wc, kc, variant="tf32x3"),
+                     "torch conv1d": lambda: _torch_forward(w, k)},
                     bytes=4 * (2 * B * C * T + C * T), flops=2 * fmas, note=note)
         yield Group("timex forward+backward", shape, "float32",
                     {"cupy_kernels (torch autograd)": lambda: _ours_fwd_bwd(w, k, g),

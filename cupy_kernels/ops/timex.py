@@ -26,10 +26,11 @@ GRAD_W = {"float": (16, 16, 4), "f64": (8, 8, 4)}  # grad_w (RD, RU, LD): 64 lag
 # Other float32 tile shapes compiled for scripts/timex_probe.py to compare on the device (not dispatched).
 PROBE_TILED = [(4, 16, 4), (8, 8, 2), (4, 16, 4, 64)]
 PROBE_GRAD_W = [(16, 8, 4), (8, 16, 8), (8, 8, 4)]
-VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "naive", "shared", "float4", "batch8",
+VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "naive", "shared", "float4", "batch8",
             "balanced")
 LADDER = ("naive", "shared", "float4", "batch8", "balanced")  # the seed's rungs, in order
-BACKWARD_VARIANTS = ("auto", "tiled", "naive")
+BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
+TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3
 SEED_RUNGS = {  # kernel, float32 only; preconditions checked by _seed_check
     "shared": "timex_shared", "float4": "timex_float4", "batch8": "timex_batch8", "balanced": "timex_balanced",
 }
@@ -55,6 +56,7 @@ def _declare():
         names += [f"timex_naive<{CTYPES[dt]}>", f"timex_naive_grad_k<{CTYPES[dt]}>",
                   f"timex_naive_grad_w<{CTYPES[dt]}>"]
     names += list(SEED_RUNGS.values())
+    names += ["timex_tf32x3<false>", "timex_tf32x3<true>"]
     for dt in FLOAT_DTYPES:
         cfgs = [TILED_F64[1]] if dt == "float64" else list(TILED.values())
         for cfg in cfgs:
@@ -145,15 +147,16 @@ def timex(w, k, eps: float = 0.0, *, variant: str = "auto"):
 
     CuPy arrays or CUDA torch tensors (float32, float16, bfloat16, float64); returns the same kind,
     shape (B, C, T), C-contiguous, in the input dtype (float32 accumulation for half types). Torch
-    tensors with the default variant go through the `cupy_kernels::timex` custom op (autograd runs
-    our backward kernels). `variant` picks a rung of the ladder: see VARIANTS and docs/timex.md.
+    tensors go through the `cupy_kernels::timex` custom op (autograd runs our backward kernels). `variant`
+    picks a rung of the ladder or the opt-in 'tf32x3' (tensor cores, split-precision TF32, float32 only):
+    see VARIANTS and docs/timex.md.
     """
     if variant not in VARIANTS:
         raise ValueError(f"timex: variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
-    if is_torch(k) and variant == "auto":
+    if is_torch(k):
         from .. import torch_ops
 
-        return torch_ops.timex(w, k, eps)
+        return torch_ops.timex(w, k, eps, variant)
     return timex_impl(w, k, eps, variant)
 
 
@@ -177,6 +180,8 @@ def timex_impl(w, k, eps: float = 0.0, variant: str = "auto"):
             if dtype != "float64" and name not in TILED:
                 raise ValueError(f"timex: variant {variant!r} is for float64 only")
             _launch_tiled(dtype, name, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T)
+        elif variant == "tf32x3":
+            _launch_tf32x3(dtype, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T)
         elif variant == "naive":
             _launch_naive(f"timex_naive<{CTYPES[dtype]}>", B * C * T,
                           (wc, np.int64(ws[0]), kc, np.int64(ks[0]), np.int64(ks[1]), out, eps,
@@ -200,6 +205,18 @@ def _launch_tiled(dtype, name, rev, w, ldw, x, sb, sc, out, eps, B, C, T, vec=No
     if vec is None:
         vec = T % 4 == 0 and _aligned4(x, (sb, sc, 1))
     SOURCE.kernel(_tiled_name(dtype, cfg, rev, vec))(
+        grid, (THREADS,), (w, np.int64(ldw), x, np.int64(sb), np.int64(sc), out, np.float64(eps),
+                           np.int32(B), np.int32(C), np.int32(T)))
+
+
+def _launch_tf32x3(dtype, rev, w, ldw, x, sb, sc, out, eps, B, C, T):
+    if dtype != "float32":
+        raise ValueError(f"timex: variant 'tf32x3' (split-precision TF32 tensor cores) is float32 only; got {dtype}")
+    bm, tn = TF32X3_TILE
+    grid = (C, ceil_div(T, tn), ceil_div(B, bm))
+    if grid[1] > 65535 or grid[2] > 65535:
+        raise ValueError(f"timex: T = {T} or B = {B} is beyond this kernel's grid ({tn * 65535} / {bm * 65535})")
+    SOURCE.kernel(f"timex_tf32x3<{_b(rev)}>")(
         grid, (THREADS,), (w, np.int64(ldw), x, np.int64(sb), np.int64(sc), out, np.float64(eps),
                            np.int32(B), np.int32(C), np.int32(T)))
 
@@ -249,11 +266,17 @@ def timex_backward(w, k, grad_out, *, variant: str = "auto"):
 
     grad_k[b,c,u] = sum_{t>=u} grad_out[b,c,t] w[c,T-1-t+u];
     grad_w[c,T-1-d] = sum_b sum_{t>=d} grad_out[b,c,t] k[b,c,t-d] (reduced over b inside the kernel).
-    Both come C-contiguous in the input dtype. variant: 'auto' / 'tiled' or 'naive'.
+    Both come C-contiguous in the input dtype. variant: 'auto' / 'tiled', 'tf32x3' (grad_k on the tensor
+    cores in split-precision TF32, float32 only; grad_w stays on the tiled FFMA kernel) or 'naive'.
     """
     if variant not in BACKWARD_VARIANTS:
         raise ValueError(f"timex_backward: variant must be one of {', '.join(BACKWARD_VARIANTS)}; got {variant!r}")
     return timex_backward_impl(w, k, grad_out, variant)
+
+
+def backward_variant(variant: str) -> str:
+    """The backward a forward variant's autograd uses: naive with naive, tf32x3 with tf32x3, else tiled."""
+    return variant if variant in ("naive", "tf32x3") else "auto"
 
 
 def timex_backward_impl(w, k, grad_out, variant: str = "auto"):
@@ -280,7 +303,10 @@ def timex_backward_impl(w, k, grad_out, variant: str = "auto"):
                           (kc, np.int64(ks[0]), np.int64(ks[1]), gc, np.int64(gs[0]), np.int64(gs[1]), gw,
                            np.int32(B), np.int32(C), np.int32(T)))
         else:
-            _launch_tiled(dtype, choose_tiled(dtype, B), True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
+            if variant == "tf32x3":
+                _launch_tf32x3(dtype, True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
+            else:
+                _launch_tiled(dtype, choose_tiled(dtype, B), True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
             _launch_grad_w(dtype, None, kc, ks, gc, gs, gw, B, C, T)
         return call.result(gw), call.result(gk)
 
