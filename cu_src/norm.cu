@@ -9,10 +9,10 @@
 #include "common/rows.cuh"
 
 enum { LAYER = 0, RMS = 1 };
-// Resident 256-thread blocks per SM norm_bwd's __launch_bounds__ asks for: 3 (85 registers), 2 where
-// that would spill (float32 from the output), 1 for float64.
+// Resident 256-thread blocks per SM norm_bwd's __launch_bounds__ asks for: 2 (128 registers: two
+// rows of x and dy in flight), 1 for float64.
 template <typename T, int FROM_OUTPUT> struct NormBwdMinBlocks {
-  static constexpr int value = sizeof(T) == 8 ? 1 : (sizeof(T) == 4 && FROM_OUTPUT ? 2 : 3);
+  static constexpr int value = sizeof(T) == 8 ? 1 : 2;
 };
 
 // Launch: 1-D grid of blocks of G * groups threads (<= 512; G = block when G > 32); block b takes
@@ -25,8 +25,8 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
                                                   const T* __restrict__ b, typename AccOf<T>::type* __restrict__ mean_out,
                                                   typename AccOf<T>::type* __restrict__ rstd_out, long long rows,
                                                   long long n, long long chunk, int G, int packs, int parts,
-                                                  int aligned, typename AccOf<T>::type eps, int* sync,
-                                                  typename AccOf<T>::type* slots) {
+                                                  int aligned, typename AccOf<T>::type eps, int phase,
+                                                  int* sync, typename AccOf<T>::type* slots) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
@@ -61,21 +61,22 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
         if (p < packs)
 #pragma unroll
           for (int e = 0; e < V; ++e) {
-            const A d = cast<A>(r[p].v[e]) - seg_mean;
+            const A d = L.at(p) + e < L.len ? cast<A>(r[p].v[e]) - seg_mean : A(0);  // slots past the end: 0
             m2 += d * d;
           }
       m2 = row_reduce<SumOp>(m2, G, mask, scratch);
-      m2 -= A(L.padding()) * seg_mean * seg_mean;  // the zero-filled slots past the end added mean^2 each
-      m2 = m2 < A(0) ? A(0) : m2;  // rounding; NaN stays NaN
       mean = seg_mean;
       if (parts > 1) {
         // Chan et al.: M2 = sum over parts of m2_q + n_q * (mean_q - mean)^2.
         const A mine[2] = {s, m2};
-        const A* sl = exchange_parts<A, 2>(mine, slots, sync, row, part, parts);
+        const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
+        if (phase == 1) continue;
         A total = A(0);
+        #pragma unroll 1
         for (int q = 0; q < parts; ++q) total += __ldcg(sl + 2 * q);
         mean = total / A(n);
         m2 = A(0);
+        #pragma unroll 1
         for (int q = 0; q < parts; ++q) {
           const A nq = A(min(chunk, n - q * chunk));
           const A dq = __ldcg(sl + 2 * q) / nq - mean;
@@ -96,8 +97,10 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
       ss = row_reduce<SumOp>(ss, G, mask, scratch);
       if (parts > 1) {
         const A mine[1] = {ss};
-        const A* sl = exchange_parts<A, 1>(mine, slots, sync, row, part, parts);
+        const A* sl = row_parts<A, 1>(mine, slots, sync, row, part, parts, phase);
+        if (phase == 1) continue;
         ss = A(0);
+        #pragma unroll 1
         for (int q = 0; q < parts; ++q) ss += __ldcg(sl + q);
       }
       rstd = acc_rsqrt<A>(ss / A(n) + eps);
@@ -140,7 +143,7 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
                                                   typename AccOf<T>::type* __restrict__ dw_part,
                                                   typename AccOf<T>::type* __restrict__ db_part, long long rows,
                                                   long long n, long long chunk, int G, int packs, int parts,
-                                                  int aligned, int* sync,
+                                                  int aligned, int phase, int* sync,
                                                   typename AccOf<T>::type* slots) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
@@ -164,11 +167,27 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
 #pragma unroll
   for (int k = 0; k < MAXP * V; ++k) acc_w[k * blockDim.x + threadIdx.x] = acc_b[k * blockDim.x + threadIdx.x] = A(0);
 
-  for (long long row = rg * gpb + gi; row < rows; row += nrg * gpb) {
+  // The grid is persistent (one partial row per block), so each block walks several rows: the next
+  // row's loads are issued before the current row is reduced and written (software pipelining).
+  const long long stride = nrg * gpb;
+  long long row = rg * gpb + gi;
+  P nx[MAXP], nd[MAXP];
+  if (row < rows) {
+    load_packs<T, MAXP>(nx, src + row * n + begin, L, 0.f);  // zero dy past the end: no contribution
+    load_packs<T, MAXP>(nd, dy + row * n + begin, L, 0.f);
+  }
+  for (; row < rows; row += stride) {
     const long long off = row * n + begin;
     P rx[MAXP], rd[MAXP];
-    load_packs<T, MAXP>(rx, src + off, L, 0.f);  // zero dy past the end: no contribution
-    load_packs<T, MAXP>(rd, dy + off, L, 0.f);
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p) {
+      rx[p] = nx[p];
+      rd[p] = nd[p];
+    }
+    if (row + stride < rows) {
+      load_packs<T, MAXP>(nx, src + off + stride * n, L, 0.f);
+      load_packs<T, MAXP>(nd, dy + off + stride * n, L, 0.f);
+    }
     const A rstd = rstd_in[row];
     const A mean = (MODE == LAYER && !FROM_OUTPUT) ? mean_in[row] : A(0);
     // xhat and g of one element (the same arithmetic in both passes).
@@ -194,8 +213,10 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
     c2 = row_reduce<SumOp>(c2, G, mask, scratch);
     if (parts > 1) {
       const A mine[2] = {c1, c2};
-      const A* sl = exchange_parts<A, 2>(mine, slots, sync, row, part, parts);
+      const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
+      if (phase == 1) continue;
       c1 = c2 = A(0);
+      #pragma unroll 1
       for (int q = 0; q < parts; ++q) {
         c1 += __ldcg(sl + 2 * q);
         c2 += __ldcg(sl + 2 * q + 1);

@@ -15,8 +15,10 @@ enum { SOFTMAX = 0, LOG_SOFTMAX = 1 };
 template <typename A>
 __device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& m, A& sum) {
   A M = __ldcg(s);
+  #pragma unroll 1
   for (int q = 1; q < parts; ++q) M = MaxOp::combine(M, __ldcg(s + 2 * q));
   A S = A(0);
+  #pragma unroll 1
   for (int q = 0; q < parts; ++q) {
     const A mq = __ldcg(s + 2 * q);
     if (mq != lowest<A>()) S += __ldcg(s + 2 * q + 1) * fast_exp<A>(mq - M);
@@ -27,11 +29,12 @@ __device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& 
 
 // Launch: 1-D grid of blocks of G * groups threads (<= 512; G = block when G > 32). Block b takes
 // segment b % parts of rows (b / parts) * groups + group + k * (grid / parts) * groups. Any row count
-// (64-bit), n <= parts * packs * G * V.
+// (64-bit), n <= parts * packs * G * V. With parts > 1: phase 0 needs the grid co-resident, phases 1
+// then 2 are two launches of any grid (see row_parts).
 template <typename T, int MODE>
 __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_fwd(const T* x, T* y, long long rows, long long n, long long chunk,
-                                                     int G, int packs, int parts, int aligned, int* sync,
-                                                     typename AccOf<T>::type* slots) {
+                                                     int G, int packs, int parts, int aligned, int phase,
+                                                     int* sync, typename AccOf<T>::type* slots) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
@@ -64,7 +67,9 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_fwd(const
     s = row_reduce<SumOp>(s, G, mask, scratch);
     if (parts > 1) {
       const A mine[2] = {m, s};
-      combine_softmax_parts(exchange_parts<A, 2>(mine, slots, sync, row, part, parts), parts, m, s);
+      const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
+      if (phase == 1) continue;
+      combine_softmax_parts(sl, parts, m, s);
     }
     const A inv = A(1) / s, ls = acc_log<A>(s);
     opaque<T, MAXP>(r);
@@ -91,7 +96,8 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_fwd(const
 template <typename T, int MODE>
 __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const T* __restrict__ y, const T* dy, T* dx, long long rows,
                                                      long long n, long long chunk, int G, int packs, int parts,
-                                                     int aligned, int* sync, typename AccOf<T>::type* slots) {
+                                                     int aligned, int phase, int* sync,
+                                                     typename AccOf<T>::type* slots) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
@@ -117,12 +123,12 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const
     c = row_reduce<SumOp>(c, G, mask, scratch);
     if (parts > 1) {
       const A mine[1] = {c};
-      const A* s = exchange_parts<A, 1>(mine, slots, sync, row, part, parts);
+      const A* s = row_parts<A, 1>(mine, slots, sync, row, part, parts, phase);
+      if (phase == 1) continue;
       c = A(0);
+      #pragma unroll 1
       for (int q = 0; q < parts; ++q) c += __ldcg(s + q);
     }
-    opaque<T, MAXP>(ry);
-    opaque<T, MAXP>(rd);
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {

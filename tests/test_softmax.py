@@ -73,12 +73,18 @@ def test_plan_geometry_holds_the_row():
             assert p.parts * p.chunk >= n and (p.parts - 1) * p.chunk < n  # no empty segment
             assert p.parts == 1 or (p.chunk % V == 0 and p.group == p.threads)
             assert p.grid % p.parts == 0
-            assert p.parts == 1 or p.grid <= rw.min_blocks_per_sm(dtype) * SMS  # all blocks of a row co-resident
+            assert p.parts == 1 or p.split or p.grid <= rw.min_blocks_per_sm(dtype) * SMS  # co-resident
 
 
-def test_plan_refuses_rows_beyond_coresident_capacity():
-    with pytest.raises(ValueError, match="co-resident"):
-        rw.plan(2, 10 ** 9, "float32", 4, 512, 4)
+def test_plan_long_rows():
+    for n in (262144, 10 ** 7):
+        ex = rw.plan(256, n, "float32", 4, 512, SMS, long_rows="exchange")
+        sp = rw.plan(256, n, "float32", 4, 512, SMS, long_rows="split")
+        assert sp.split and sp.grid == sp.parts * 256 and rw.phases(sp) == (1, 2)
+        if ex.parts <= 2 * SMS:  # fits co-resident: one launch, a grid of whole rows that all fit at once
+            assert not ex.split and ex.grid <= 2 * SMS and ex.grid % ex.parts == 0 and rw.phases(ex) == (0,)
+        else:  # too long to be co-resident: split whatever was asked
+            assert ex.split
 
 
 def test_reference_gradients_match_finite_differences():
@@ -122,13 +128,16 @@ def test_forward_every_path(mode, dtype):
         got = getattr(ck, mode)(x)
         assert got.dtype == x.dtype and got.shape == x.shape
         assert rel_err(got, ref(xv)) <= TOL[dtype], (n, rw.plan(rows, n, dtype, maxp(dtype, "fwd"), 512, SMS))
+        if rw.plan(rows, n, dtype, maxp(dtype, "fwd"), 512, SMS).parts > 1:
+            for variant in ("split", "exchange"):  # both ways of splitting a long row
+                assert rel_err(softmax_impl(x, -1, mode, variant), ref(xv)) <= TOL[dtype], (n, variant)
 
 
 @gpu
-@pytest.mark.parametrize("variant", ["block", "scalar"])
+@pytest.mark.parametrize("variant", ["block", "scalar", "split", "exchange"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_ladder_variants(variant, dtype):
-    for n in (1, 33, 1000, 4096, 20000):
+    for n in (1, 33, 1000, 4096, 20000, 70001):
         x, xv = make((9, n), dtype)
         assert rel_err(softmax_impl(x, -1, "softmax", variant), ref_softmax(xv)) <= TOL[dtype], n
         assert rel_err(softmax_impl(x, -1, "log_softmax", variant), ref_log_softmax(xv)) <= TOL[dtype], n
@@ -147,6 +156,9 @@ def test_backward_every_path(mode, dtype):
         y = cupy_array(yv, dtype)
         dy, dyv = make((rows, n), dtype, 1.0)
         assert rel_err(fn(y, dy), grad(yv, dyv)) <= 2 * TOL[dtype], n
+        for variant in ("split", "exchange"):  # both ways of splitting a long row (the same otherwise)
+            got = softmax_backward_impl(y, dy, -1, mode, variant)
+            assert rel_err(got, grad(yv, dyv)) <= 2 * TOL[dtype], (n, variant)
 
 
 @gpu
@@ -192,10 +204,12 @@ def test_special_values(dtype):
         host[3, 0] = big
         x = cupy_array(host, dtype)
         xv = rounded(host, dtype)
-        for fn, ref in ((ck.softmax, ref_softmax), (ck.log_softmax, ref_log_softmax)):
+        calls = [(lambda a, m=m, v=v: softmax_impl(a, -1, m, v), ref_softmax if m == "softmax" else ref_log_softmax)
+                 for m in ("softmax", "log_softmax") for v in ("auto", "exchange")]
+        for fn, ref in calls:
             got = to_f64(fn(x))
             want = ref(xv)
-            assert np.isnan(got[1]).all() and np.isnan(got[2]).all(), (n, fn.__name__)
+            assert np.isnan(got[1]).all() and np.isnan(got[2]).all(), n
             assert np.isfinite(got[3]).all(), n
             assert not np.isnan(got[[0, 3, 4]]).any(), n
             ok = np.isfinite(want[[0, 3, 4]])

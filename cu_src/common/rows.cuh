@@ -23,8 +23,6 @@ template <typename T> struct RowLayout {
   int lane, G, packs;
   bool aligned;
   __device__ __forceinline__ int at(int p) const { return (p * G + lane) * V; }
-  // Slots of the group's packs that lie past the segment end (filled, not loaded).
-  __device__ __forceinline__ int padding() const { return packs * G * V - len; }
 };
 
 // r[p] <- the thread's packs of `src` (a segment start) for p < packs; elements past the segment
@@ -140,6 +138,22 @@ __device__ __forceinline__ const A* exchange_parts(const A (&v)[K], A* slots, in
     __threadfence();
   }
   __syncthreads();
+  return s;
+}
+
+// The partial statistics of a row split over `parts` blocks, by launch phase:
+//   0: one launch, the blocks of a row co-resident: exchange_parts (publish, wait, read);
+//   1: first of two launches: publish only (the caller then skips the row's output);
+//   2: second launch: read what launch 1 published (no co-residency needed, one more read of x).
+template <typename A, int K>
+__device__ __forceinline__ const A* row_parts(const A (&v)[K], A* slots, int* sync, long long row, int part, int parts,
+                                              int phase) {
+  if (phase == 0) return exchange_parts<A, K>(v, slots, sync, row, part, parts);
+  A* s = slots + row * parts * K;
+  if (phase == 1 && threadIdx.x == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) s[part * K + k] = v[k];
+  }
   return s;
 }
 

@@ -31,6 +31,11 @@ def norm_suite(quick: bool):
                                                                             variant="block"),
                      "ladder: scalar loads": lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm",
                                                                        variant="scalar"),
+                     **({"ladder: long rows, one launch (exchange)":
+                         lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm", variant="exchange"),
+                         "ladder: long rows, two launches (split)":
+                         lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm", variant="split")}
+                        if n >= 32768 else {}),
                      "torch F.layer_norm": lambda: F.layer_norm(x, (n,), w, b, 1e-5)}, bytes=2 * nbytes)
         yield Group("rms_norm", label, dtype,
                     {"cupy_kernels": lambda: norm_forward_impl(xc, wc, None, 1e-6, "rms_norm"),
@@ -47,6 +52,11 @@ def norm_suite(quick: bool):
                     {"cupy_kernels": lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm"),
                      "cupy_kernels from output (after layer_norm_)":
                          lambda: norm_backward_impl(dyc, yc, wc, bc, None, rstd, "layer_norm", from_output=True),
+                     **({"ladder: long rows, one launch (exchange)":
+                         lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="exchange"),
+                         "ladder: long rows, two launches (split)":
+                         lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="split")}
+                        if n >= 8192 else {}),
                      "torch native_layer_norm_backward": lambda: torch.ops.aten.native_layer_norm_backward(
                          dy, x, [n], ln_mean, ln_rstd, w, b, [True, True, True])},
                     bytes=3 * nbytes)

@@ -37,6 +37,9 @@ def softmax_suite(quick: bool):
                  "ladder: one block per row": lambda: softmax_impl(xc, -1, "softmax", "block"),
                  "ladder: scalar loads": lambda: softmax_impl(xc, -1, "softmax", "scalar"),
                  "torch.softmax": lambda: torch.softmax(x, -1)}
+        if shape[-1] >= 32768:  # rows split over blocks: both ways
+            impls["ladder: long rows, one launch (exchange)"] = lambda: softmax_impl(xc, -1, "softmax", "exchange")
+            impls["ladder: long rows, two launches (split)"] = lambda: softmax_impl(xc, -1, "softmax", "split")
         if x.numel() * 4 <= 1 << 30:
             impls["torch formulation exp(x - max) / sum"] = lambda: (
                 lambda e: e / e.sum(-1, keepdim=True))((x - x.amax(-1, keepdim=True)).exp())
@@ -50,6 +53,10 @@ def softmax_suite(quick: bool):
         yc = to_cupy(y)
         yield Group("softmax backward", label, dtype,
                     {"cupy_kernels": lambda: softmax_backward_impl(yc, dyc, -1, "softmax"),
+                     **({"ladder: long rows, one launch (exchange)":
+                         lambda: softmax_backward_impl(yc, dyc, -1, "softmax", "exchange"),
+                         "ladder: long rows, two launches (split)":
+                         lambda: softmax_backward_impl(yc, dyc, -1, "softmax", "split")} if shape[-1] >= 16384 else {}),
                      "torch _softmax_backward_data": lambda: torch._softmax_backward_data(dy, y, -1, y.dtype),
                      "torch formulation y * (dy - sum(dy * y))": lambda: y * (dy - (dy * y).sum(-1, keepdim=True))},
                     bytes=3 * nbytes)

@@ -39,6 +39,12 @@ def next_pow2(v: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(v, 1))))
 
 
+# Rows longer than one block's registers: "split" = two launches (partial statistics, then apply; one
+# more read of the input, any grid); "exchange" = one launch whose co-resident blocks meet in global
+# memory (one read, but a grid-wide wait per row). See docs/softmax.md for the measured choice.
+LONG_ROWS = "split"
+
+
 @dataclass(frozen=True)
 class Plan:
     """One launch over a (rows, n) matrix; see rows.cuh for the layout."""
@@ -50,24 +56,27 @@ class Plan:
     parts: int    # blocks per row (> 1 only on the block path)
     chunk: int    # elements per segment (a multiple of V when parts > 1)
     grid: int
+    split: bool = False  # parts > 1 done as two launches (phase 1 then 2) instead of one (phase 0)
 
     @property
     def path(self) -> str:
-        return "subwarp" if self.group <= 32 else ("block" if self.parts == 1 else "multiblock")
+        if self.group <= 32:
+            return "subwarp"
+        return "block" if self.parts == 1 else "multiblock"
 
 
 def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: int, persistent: bool = False,
-         force: str | None = None, min_blocks: int | None = None) -> Plan:
+         force: str | None = None, min_blocks: int | None = None, occupancy=None, long_rows: str | None = None) -> Plan:
     """Geometry for a row length: a sub-warp group of G <= 32 threads when a row is <= 32 * TARGET_PACKS
-    packs, else a block of up to `max_threads` threads, else `parts` co-resident blocks per row.
+    packs, else a block of up to `max_threads` threads, else `parts` blocks per row.
     `persistent` caps the grid at the resident block count (norm backward: one partial row per block).
     `force="block"` takes the block path even for short rows (a ladder variant and a test hook).
-    `min_blocks`: resident blocks per SM the kernel's __launch_bounds__ guarantees (default: rows.cuh's)."""
+    `min_blocks`: resident blocks per SM the kernel's __launch_bounds__ guarantees (default: rows.cuh's);
+    `occupancy(threads)`, when given, the device's exact figure. `long_rows`: "split" or "exchange"."""
     V = vec(dtype)
     P = ceil_div(n, V)  # packs per row
     target = min(TARGET_PACKS, maxp)
     group = next_pow2(ceil_div(P, target))
-    resident = (min_blocks or min_blocks_per_sm(dtype)) * sm_count
     if group <= 32 and force != "block":
         threads = SUBWARP_BLOCK
         packs = ceil_div(P, group)
@@ -83,19 +92,46 @@ def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: i
             packs = ceil_div(per_part, threads)
             chunk = per_part * V
             parts = ceil_div(n, chunk)
-            if parts > resident:
-                raise ValueError(
-                    f"rows of {n} elements need {parts} co-resident blocks of {threads} threads; this device holds "
-                    f"{resident} ({sm_count} SMs): at most {resident * threads * maxp * V} elements per row")
         gpb = 1
+    per_sm = (occupancy(threads) if occupancy else 0) or min_blocks or min_blocks_per_sm(dtype)
+    resident = per_sm * sm_count
     groups = ceil_div(rows, gpb)
+    split = False
     if parts > 1:
-        grid = parts * min(groups, resident // parts)
+        split = (long_rows or LONG_ROWS) == "split" or parts > resident  # too long to be co-resident: split
+        if not split:
+            grid = parts * min(groups, resident // parts)
+        else:
+            grid = parts * (min(groups, max(1, resident // parts)) if persistent else groups)
     elif persistent:
-        grid = min(groups, 2 * resident)  # all resident when registers allow 4 blocks per SM, else 2 even waves
+        grid = min(groups, resident)  # one wave, all resident
     else:
         grid = min(groups, 1 << 30)
-    return Plan(rows, n, group, threads, packs, parts, chunk, max(grid, parts))
+    return Plan(rows, n, group, threads, packs, parts, chunk, max(grid, parts), split)
+
+
+_OCCUPANCY: dict = {}
+
+
+def occupancy(kernel, name: str, smem: int = 0):
+    """threads -> resident blocks per SM of this kernel (the driver's occupancy calculator, cached),
+    or None when it cannot be asked (then plan() uses the __launch_bounds__ guarantee)."""
+    def per_sm(threads: int):
+        from .._runtime import current
+
+        nbytes = smem(threads) if callable(smem) else smem
+        key = (name, threads, nbytes, current().id)
+        if key not in _OCCUPANCY:
+            try:
+                from cupy_backends.cuda.api import driver
+
+                _OCCUPANCY[key] = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads,
+                                                                                        nbytes))
+            except Exception:
+                _OCCUPANCY[key] = 0
+        return _OCCUPANCY[key]
+
+    return per_sm
 
 
 def aligned(n: int, dtype: str, *arrays) -> int:
@@ -106,14 +142,21 @@ def aligned(n: int, dtype: str, *arrays) -> int:
 
 
 def exchange_buffers(call, p: Plan, dtype: str, k: int = 2):
-    """The per-row counters (zeroed) and slots the blocks of one row meet through (parts > 1), else
-    null pointers."""
+    """The per-row counters (zeroed; phase 0 only) and slots the blocks of one row meet through
+    (parts > 1), else null pointers."""
     if p.parts == 1:
         return np.uint64(0), np.uint64(0)
+    slots = call.empty((p.rows * p.parts * k,), ACC[dtype])
+    if p.split:
+        return np.uint64(0), slots
     sync = call.empty((p.rows,), "int32")
     sync.fill(0)
-    slots = call.empty((p.rows * p.parts * k,), ACC[dtype])
     return sync, slots
+
+
+def phases(p: Plan):
+    """The phase argument of each launch: (0,) in one launch, (1, 2) for a split long row."""
+    return (1, 2) if p.parts > 1 and p.split else (0,)
 
 
 def ptr(a):

@@ -9,7 +9,7 @@ from . import _rowwise as rw
 SOURCE = KernelSource("norm.cu")
 MODES = {"layer_norm": 0, "rms_norm": 1}
 FWD_THREADS, BWD_THREADS = 512, 256  # __launch_bounds__ of norm_fwd / norm_bwd
-VARIANTS = ("auto", "block", "scalar")
+VARIANTS = ("auto", "block", "scalar", "split", "exchange")
 
 
 def bwd_maxp(dtype: str) -> int:
@@ -22,9 +22,7 @@ def fwd_maxp(dtype: str) -> int:
 
 def bwd_min_blocks(dtype: str, from_output: bool) -> int:
     """NormBwdMinBlocks in norm.cu."""
-    if dtype == "float64":
-        return 1
-    return 2 if dtype == "float32" and from_output else 3
+    return 1 if dtype == "float64" else 2
 
 
 def _fwd(dtype, mode):
@@ -107,15 +105,18 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
         mean = call.empty(xc.shape[:-1], acc) if save_stats and mode == "layer_norm" else None
         rstd = call.empty(xc.shape[:-1], acc) if save_stats else None
         if rows and n:
+            name = _fwd(dtype, mode)
+            kernel = SOURCE.kernel(name)
             p = rw.plan(rows, n, dtype, fwd_maxp(dtype), FWD_THREADS, current().sm_count,
-                        force=variant if variant == "block" else None)
+                        force=variant if variant == "block" else None, occupancy=rw.occupancy(kernel, name),
+                        long_rows=variant if variant in ("split", "exchange") else None)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
             sync, slots = rw.exchange_buffers(call, p, dtype)
-            SOURCE.kernel(_fwd(dtype, mode))(
-                (p.grid,), (p.threads,),
-                (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
-                 np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
-                 rw.ACC_SCALAR[acc](eps), sync, slots))
+            for phase in rw.phases(p):
+                kernel((p.grid,), (p.threads,),
+                       (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
+                        np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
+                        rw.ACC_SCALAR[acc](eps), np.int32(phase), sync, slots))
         elif rows and rstd is not None:  # n == 0: mean of nothing, like torch
             rstd.fill(np.nan)
             if mean is not None:
@@ -166,21 +167,29 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
         dw = call.empty((n,), dtype) if want_w else None
         db = call.empty((n,), dtype) if want_b else None
         if rows and n:
+            name = _bwd(dtype, mode, from_output)
+            kernel = SOURCE.kernel(name)
+
+            def smem_of(threads):
+                return 2 * threads * bwd_maxp(dtype) * rw.vec(dtype) * rw.ITEMSIZE[acc]  # dw, db accumulators
+
             p = rw.plan(rows, n, dtype, bwd_maxp(dtype), BWD_THREADS, current().sm_count, persistent=True,
                         force=variant if variant == "block" else None,
-                        min_blocks=bwd_min_blocks(dtype, from_output))
+                        min_blocks=bwd_min_blocks(dtype, from_output), occupancy=rw.occupancy(kernel, name, smem_of),
+                        long_rows=variant if variant in ("split", "exchange") else None)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, s2, d2, dx2, w, b)
             sync, slots = rw.exchange_buffers(call, p, dtype)
             nrg = p.grid // p.parts
             dw_part = call.empty((nrg, n), acc) if want_w else None
             db_part = call.empty((nrg, n), acc) if want_b else None
-            smem = 2 * p.threads * bwd_maxp(dtype) * rw.vec(dtype) * rw.ITEMSIZE[acc]  # dw, db accumulators
-            SOURCE.kernel(_bwd(dtype, mode, from_output))(
-                (p.grid,), (p.threads,),
-                (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
-                 rw.ptr(db_part), np.int64(rows), np.int64(n), np.int64(p.chunk), np.int32(p.group),
-                 np.int32(p.packs), np.int32(p.parts), np.int32(al), sync, slots),
-                shared_mem=smem)
+            for phase in rw.phases(p):
+                last = phase != 1  # the column partials come from the launch that writes dx
+                kernel((p.grid,), (p.threads,),
+                       (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"],
+                        rw.ptr(dw_part if last else None), rw.ptr(db_part if last else None), np.int64(rows),
+                        np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts),
+                        np.int32(al), np.int32(phase), sync, slots),
+                       shared_mem=smem_of(p.threads))
             if want_w or want_b:
                 SOURCE.kernel(_colsum(dtype))(
                     (ceil_div(n, 32), 2), (32, 8),

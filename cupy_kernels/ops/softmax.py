@@ -9,7 +9,7 @@ from . import _rowwise as rw
 SOURCE = KernelSource("softmax.cu")
 MODES = {"softmax": 0, "log_softmax": 1}
 MAX_THREADS = 512          # __launch_bounds__(512, 2)
-VARIANTS = ("auto", "block", "scalar")  # the ladder: see docs/softmax.md
+VARIANTS = ("auto", "block", "scalar", "split", "exchange")  # the ladder: see docs/softmax.md
 
 
 def _name(kind: str, dtype: str, mode: str) -> str:
@@ -30,13 +30,17 @@ def _axis(axis, ndim: int, op: str) -> int:
 
 
 def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
-    p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype), MAX_THREADS, current().sm_count, force=variant if variant == "block" else None)
+    name = _name(kind, dtype, mode)
+    kernel = SOURCE.kernel(name)
+    p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype), MAX_THREADS,
+                current().sm_count, force=variant if variant == "block" else None,
+                occupancy=rw.occupancy(kernel, name), long_rows=variant if variant in ("split", "exchange") else None)
     al = 0 if variant == "scalar" else rw.aligned(n, dtype, *srcs, out)
     sync, slots = rw.exchange_buffers(call, p, dtype)
-    SOURCE.kernel(_name(kind, dtype, mode))(
-        (p.grid,), (p.threads,),
-        (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs),
-         np.int32(p.parts), np.int32(al), sync, slots))
+    for phase in rw.phases(p):
+        kernel((p.grid,), (p.threads,),
+               (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs),
+                np.int32(p.parts), np.int32(al), np.int32(phase), sync, slots))
     return p
 
 
