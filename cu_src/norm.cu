@@ -71,17 +71,17 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
         const A mine[2] = {s, m2};
         const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
         if (phase == 1) continue;
+        // Parallel over the parts, then block reductions in fixed order (as sum_parts).
         A total = A(0);
-        #pragma unroll 1
-        for (int q = 0; q < parts; ++q) total += __ldcg(sl + 2 * q);
-        mean = total / A(n);
+        for (int q = threadIdx.x; q < parts; q += blockDim.x) total += __ldcg(sl + 2 * q);
+        mean = block_reduce<SumOp>(total, scratch) / A(n);
         m2 = A(0);
-        #pragma unroll 1
-        for (int q = 0; q < parts; ++q) {
+        for (int q = threadIdx.x; q < parts; q += blockDim.x) {
           const A nq = A(min(chunk, n - q * chunk));
           const A dq = __ldcg(sl + 2 * q) / nq - mean;
           m2 += __ldcg(sl + 2 * q + 1) + nq * dq * dq;
         }
+        m2 = block_reduce<SumOp>(m2, scratch);
       }
       rstd = acc_rsqrt<A>(m2 / A(n) + eps);
     } else {
@@ -99,9 +99,9 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
         const A mine[1] = {ss};
         const A* sl = row_parts<A, 1>(mine, slots, sync, row, part, parts, phase);
         if (phase == 1) continue;
-        ss = A(0);
-        #pragma unroll 1
-        for (int q = 0; q < parts; ++q) ss += __ldcg(sl + q);
+        A t[1];
+        sum_parts<A, 1>(sl, parts, t, scratch);
+        ss = t[0];
       }
       rstd = acc_rsqrt<A>(ss / A(n) + eps);
     }
@@ -172,9 +172,12 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
   const long long stride = nrg * gpb;
   long long row = rg * gpb + gi;
   P nx[MAXP], nd[MAXP];
+  A n_rstd = A(0), n_mean = A(0);
   if (row < rows) {
     load_packs<T, MAXP>(nx, src + row * n + begin, L, 0.f);  // zero dy past the end: no contribution
     load_packs<T, MAXP>(nd, dy + row * n + begin, L, 0.f);
+    n_rstd = rstd_in[row];
+    if (MODE == LAYER && !FROM_OUTPUT) n_mean = mean_in[row];
   }
   for (; row < rows; row += stride) {
     const long long off = row * n + begin;
@@ -184,12 +187,13 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
       rx[p] = nx[p];
       rd[p] = nd[p];
     }
+    const A rstd = n_rstd, mean = n_mean;
     if (row + stride < rows) {
       load_packs<T, MAXP>(nx, src + off + stride * n, L, 0.f);
       load_packs<T, MAXP>(nd, dy + off + stride * n, L, 0.f);
+      n_rstd = rstd_in[row + stride];
+      if (MODE == LAYER && !FROM_OUTPUT) n_mean = mean_in[row + stride];
     }
-    const A rstd = rstd_in[row];
-    const A mean = (MODE == LAYER && !FROM_OUTPUT) ? mean_in[row] : A(0);
     // xhat and g of one element (the same arithmetic in both passes).
     auto xhat_of = [&](A v, A wv, A bv) -> A {
       if (FROM_OUTPUT) return acc_div<A>(MODE == LAYER ? v - bv : v, wv);
@@ -215,12 +219,10 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
       const A mine[2] = {c1, c2};
       const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
       if (phase == 1) continue;
-      c1 = c2 = A(0);
-      #pragma unroll 1
-      for (int q = 0; q < parts; ++q) {
-        c1 += __ldcg(sl + 2 * q);
-        c2 += __ldcg(sl + 2 * q + 1);
-      }
+      A t[2];
+      sum_parts<A, 2>(sl, parts, t, scratch);
+      c1 = t[0];
+      c2 = t[1];
     }
     c1 /= A(n);
     c2 /= A(n);

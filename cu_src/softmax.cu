@@ -10,21 +10,22 @@
 
 enum { SOFTMAX = 0, LOG_SOFTMAX = 1 };
 
-// Row statistics (max m, sum s of exp(x - m)) of the partial rows, combined in part order.
-// A part whose max is -inf adds nothing (its own sum is NaN); a row all -inf keeps m = -inf -> NaN.
+// Row statistics (max m, sum s of exp(x - m)) of the partial rows. Thread t reads parts t, t + block,
+// ... (one round of parallel L2 loads, not a chain of `parts` dependent ones), then block reductions
+// in a fixed order: every block of the row gets the same result (deterministic). A part whose max is
+// -inf adds nothing (its own sum is NaN); a row all -inf keeps m = -inf -> NaN.
 template <typename A>
-__device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& m, A& sum) {
-  A M = __ldcg(s);
-  #pragma unroll 1
-  for (int q = 1; q < parts; ++q) M = MaxOp::combine(M, __ldcg(s + 2 * q));
+__device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& m, A& sum, A* scratch) {
+  A M = lowest<A>();
+  for (int q = threadIdx.x; q < parts; q += blockDim.x) M = MaxOp::combine(M, __ldcg(s + 2 * q));
+  M = block_reduce<MaxOp>(M, scratch);
   A S = A(0);
-  #pragma unroll 1
-  for (int q = 0; q < parts; ++q) {
+  for (int q = threadIdx.x; q < parts; q += blockDim.x) {
     const A mq = __ldcg(s + 2 * q);
     if (mq != lowest<A>()) S += __ldcg(s + 2 * q + 1) * fast_exp<A>(mq - M);
   }
   m = M;
-  sum = S;
+  sum = block_reduce<SumOp>(S, scratch);
 }
 
 // Launch: 1-D grid of blocks of G * groups threads (<= 512; G = block when G > 32). Block b takes
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_fwd(const
       const A mine[2] = {m, s};
       const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
       if (phase == 1) continue;
-      combine_softmax_parts(sl, parts, m, s);
+      combine_softmax_parts(sl, parts, m, s, scratch);
     }
     const A inv = A(1) / s, ls = acc_log<A>(s);
     opaque<T, MAXP>(r);
@@ -125,9 +126,9 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const
       const A mine[1] = {c};
       const A* s = row_parts<A, 1>(mine, slots, sync, row, part, parts, phase);
       if (phase == 1) continue;
-      c = A(0);
-      #pragma unroll 1
-      for (int q = 0; q < parts; ++q) c += __ldcg(s + q);
+      A cs[1];
+      sum_parts<A, 1>(s, parts, cs, scratch);
+      c = cs[0];
     }
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {

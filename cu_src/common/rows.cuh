@@ -80,9 +80,10 @@ __device__ __forceinline__ void store_pack(T* dst, const typename Vec16<T>::type
 
 // Pack p of a per-column vector (weight / bias; `base` already offset to the segment), or `fill`
 // in every element when the vector is absent.
-// L2_ONLY loads through __ldcg: a second pass over the same columns then issues a different
-// instruction, so the compiler reloads (an L1/L2 hit) instead of keeping the first pass's values live.
-template <typename T, bool L2_ONLY = false>
+// NC loads through the read-only path (__ldg): a second pass over the same columns then issues a
+// different instruction, so the compiler reloads (a cache hit) instead of keeping the first pass's
+// values live in registers.
+template <typename T, bool NC = false>
 __device__ __forceinline__ typename Vec16<T>::type column_pack(const T* base, int p, const RowLayout<T>& L, float fill) {
   typename Vec16<T>::type v;
   if (base == nullptr) {
@@ -93,8 +94,8 @@ __device__ __forceinline__ typename Vec16<T>::type column_pack(const T* base, in
   const int i = L.at(p);
   if (L.aligned) {
     if (i < L.len) {
-      if (!L2_ONLY) return *reinterpret_cast<const typename Vec16<T>::type*>(base + i);
-      const int4 raw = __ldcg(reinterpret_cast<const int4*>(base + i));
+      if (!NC) return *reinterpret_cast<const typename Vec16<T>::type*>(base + i);
+      const int4 raw = __ldg(reinterpret_cast<const int4*>(base + i));
       return *reinterpret_cast<const typename Vec16<T>::type*>(&raw);
     }
 #pragma unroll
@@ -155,6 +156,20 @@ __device__ __forceinline__ const A* row_parts(const A (&v)[K], A* slots, int* sy
     for (int k = 0; k < K; ++k) s[part * K + k] = v[k];
   }
   return s;
+}
+
+// out[k] = sum over the parts' slots s[q * K + k]: thread t reads parts t, t + block, ... (parallel L2
+// loads), then a block reduction in fixed order, so every block of a row gets the same sums.
+template <typename A, int K>
+__device__ __forceinline__ void sum_parts(const A* s, int parts, A (&out)[K], A* scratch) {
+  A acc[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) acc[k] = A(0);
+  for (int q = threadIdx.x; q < parts; q += blockDim.x)
+#pragma unroll
+    for (int k = 0; k < K; ++k) acc[k] += __ldcg(s + q * K + k);
+#pragma unroll
+  for (int k = 0; k < K; ++k) out[k] = block_reduce<SumOp>(acc[k], scratch);
 }
 
 template <typename A> __device__ __forceinline__ A fast_exp(A x);

@@ -42,7 +42,7 @@ def next_pow2(v: int) -> int:
 # Rows longer than one block's registers: "split" = two launches (partial statistics, then apply; one
 # more read of the input, any grid); "exchange" = one launch whose co-resident blocks meet in global
 # memory (one read, but a grid-wide wait per row). See docs/softmax.md for the measured choice.
-LONG_ROWS = "split"
+LONG_ROWS = "exchange"
 
 
 @dataclass(frozen=True)
