@@ -130,6 +130,8 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const
       sum_parts<A, 1>(s, parts, cs, scratch);
       c = cs[0];
     }
+    opaque<T, MAXP>(ry);  // convert again below rather than keep float copies live (half types)
+    opaque<T, MAXP>(rd);
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
