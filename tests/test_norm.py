@@ -392,3 +392,26 @@ def test_inplace_peak_memory():
         assert torch.cuda.max_memory_allocated() - base <= 0.01 * x.nbytes
     row = x[0].float()
     assert abs(float(row.square().mean()) - 1.0) < 1e-2  # normalised in place
+
+
+@torch_gpu
+def test_module_multi_dim_shape_and_no_affine():
+    from cupy_kernels import nn as cknn
+
+    x = torch.randn(5, 3, 4, 8, device="cuda")
+    for affine in (True, False):
+        ref = torch.nn.LayerNorm((4, 8), elementwise_affine=affine).cuda()
+        for inplace in (False, True):
+            ours = cknn.LayerNorm((4, 8), elementwise_affine=affine, inplace=inplace).cuda()
+            if affine:
+                with torch.no_grad():
+                    ref.weight.uniform_(0.5, 1.5)
+                    ref.bias.normal_()
+                ours.load_state_dict(ref.state_dict())
+            xi = x.clone()
+            out = ours(xi)
+            assert out.shape == x.shape
+            assert torch.allclose(out, ref(x), rtol=1e-5, atol=1e-5), (affine, inplace)
+            assert (out is xi) == inplace
+    with pytest.raises(ValueError, match="trailing shape"):
+        cknn.RMSNorm(7).cuda()(x)
