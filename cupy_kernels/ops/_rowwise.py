@@ -154,12 +154,6 @@ def exchange_buffers(call, p: Plan, dtype: str, k: int = 2):
     return sync, slots
 
 
-def cooperative(p: Plan) -> bool:
-    """A one-launch long row waits for the other blocks of its row: launch it cooperatively, so the
-    driver guarantees all blocks are resident at once (no deadlock behind work on other streams)."""
-    return p.parts > 1 and not p.split
-
-
 def phases(p: Plan):
     """The phase argument of each launch: (0,) in one launch, (1, 2) for a split long row."""
     return (1, 2) if p.parts > 1 and p.split else (0,)

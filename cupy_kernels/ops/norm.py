@@ -116,8 +116,7 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                 kernel((p.grid,), (p.threads,),
                        (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
                         np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
-                        rw.ACC_SCALAR[acc](eps), np.int32(phase), sync, slots),
-                       enable_cooperative_groups=rw.cooperative(p))
+                        rw.ACC_SCALAR[acc](eps), np.int32(phase), sync, slots))
         elif rows and rstd is not None:  # n == 0: mean of nothing, like torch
             rstd.fill(np.nan)
             if mean is not None:
@@ -190,7 +189,7 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                         rw.ptr(dw_part if last else None), rw.ptr(db_part if last else None), np.int64(rows),
                         np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts),
                         np.int32(al), np.int32(phase), sync, slots),
-                       shared_mem=smem_of(p.threads), enable_cooperative_groups=rw.cooperative(p))
+                       shared_mem=smem_of(p.threads))
             if want_w or want_b:
                 SOURCE.kernel(_colsum(dtype))(
                     (ceil_div(n, 32), 2), (32, 8),

@@ -40,8 +40,7 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     for phase in rw.phases(p):
         kernel((p.grid,), (p.threads,),
                (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs),
-                np.int32(p.parts), np.int32(al), np.int32(phase), sync, slots),
-               enable_cooperative_groups=rw.cooperative(p))
+                np.int32(p.parts), np.int32(al), np.int32(phase), sync, slots))
     return p
 
 
