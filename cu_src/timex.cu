@@ -254,6 +254,7 @@ timex_tiled(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
   const int lane_b = lane % WB, lane_t = lane / WB;
   const int lt = (warp * WT + lane_t) * RT;
   const int warp_tmax = t0 + (warp + 1) * WT * RT - 1;
+  const int u_last = t0 + warp * WT * RT < T ? warp_tmax : -1;  // a warp wholly past T computes nothing
   const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
   const E* krow0 = k + (long long)c * sc;
   const E* wrow = w + (long long)c * ldw;
@@ -315,7 +316,7 @@ timex_tiled(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
   for (int ch = 0; ch < nchunks; ++ch) {
     const int buf = ch & 1, u0 = ch * KU;
     if (ch + 1 < nchunks) fetch(u0 + KU);
-    if (u0 <= warp_tmax) {  // warp-uniform: chunks wholly above the warp's t hold only zero taps
+    if (u0 <= u_last) {  // warp-uniform: chunks wholly above the warp's t hold only zero taps
       const A* kq = ks[buf] + lane_b * RB;
       const A* tq = tp[buf] + lt + KU - 4;
 #pragma unroll 2
@@ -575,6 +576,7 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int grp = lane >> 2, tig = lane & 3;
   const int warp_tmax = t0 + (warp + 1) * 64 - 1;
+  const int u_last = t0 + warp * 64 < T ? warp_tmax : -1;  // a warp wholly past T computes nothing
   const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
   const float* krow0 = k + (long long)c * sc;
   const float* wrow = w + (long long)c * ldw;
@@ -625,7 +627,7 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
     }
     __syncthreads();
     if (ch + 1 < nchunks) fetch(u0 + KU);  // in flight while this chunk is multiplied
-    if (u0 > warp_tmax) continue;  // warp-uniform: only zero taps left for this warp
+    if (u0 > u_last) continue;  // warp-uniform: only zero taps left for this warp (or all its t >= T)
     // B fragments: n-tile j at k-step s uses m = j - s + 3 in [0, 11): taps at
     // i = 64*warp + 8*(j - s) + grp - tig + KU - 1 (b0) and i - 4 (b1).
     unsigned bh[11][2], bl[11][2];

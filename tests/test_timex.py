@@ -64,6 +64,43 @@ def test_backward_reference_is_the_gradient():
     assert abs(num - ((gw * dw).sum() + (gk * dk).sum())) < 1e-6 * max(1.0, abs(num))
 
 
+@pytest.mark.parametrize("cfg,shape", [((8, 8, 4), (9, 1, 300)), ((8, 8, 4), (4, 1, 64)), ((4, 8, 2), (5, 2, 41)),
+                                       ((2, 8, 1), (3, 2, 37)), ((4, 4, 4), (17, 1, 130)), ((4, 16, 4, 64), (3, 1, 70))])
+def test_tiled_index_math_emulated(cfg, shape):
+    """The forward / grad_k tiling (tap windows, zero fill, warp skips, reversal) emulated on the host."""
+    import timex_emulate as emu
+
+    r = rng()
+    B, C, T = shape
+    w, k = r.standard_normal((C, T)), r.standard_normal(shape)
+    assert rel_err(emu.tiled(w, k, 0.5, *cfg[:3], False, *cfg[3:]), tx.reference(w, k, 0.5)) < 1e-13
+    _, rgk = tx.reference_backward(w, np.zeros_like(k), k)
+    assert rel_err(emu.tiled(w, k, 0.0, *cfg[:3], True, *cfg[3:]), rgk) < 1e-13
+
+
+@pytest.mark.parametrize("cfg,shape", [((16, 16, 4), (3, 2, 37)), ((16, 16, 4), (11, 1, 150)), ((8, 8, 4), (9, 1, 70)),
+                                       ((8, 16, 8), (2, 17, 20))])
+def test_grad_w_index_math_emulated(cfg, shape):
+    import timex_emulate as emu
+
+    r = rng()
+    B, C, T = shape
+    w, k, g = r.standard_normal((C, T)), r.standard_normal(shape), r.standard_normal(shape)
+    assert rel_err(emu.grad_w(k, g, *cfg), tx.reference_backward(w, k, g)[0]) < 1e-13
+
+
+@pytest.mark.parametrize("shape", [(3, 1, 37), (33, 1, 300), (2, 1, 64)])
+def test_tf32x3_fragment_maps_emulated(shape):
+    import timex_emulate as emu
+
+    r = rng()
+    B, C, T = shape
+    w, k = r.standard_normal((C, T)), r.standard_normal(shape)
+    assert rel_err(emu.tf32x3(w, k, 0.25, False), tx.reference(w, k, 0.25)) < 1e-13
+    _, rgk = tx.reference_backward(w, np.zeros_like(k), k)
+    assert rel_err(emu.tf32x3(w, k, 0.0, True), rgk) < 1e-13
+
+
 def test_seed_preconditions_and_tiled_choice():
     assert tx.seed_preconditions("batch8", "float32", 32, 768) is None
     assert tx.seed_preconditions("balanced", "float32", 32, 768) is None

@@ -21,7 +21,9 @@ TILED = {                           # tiled forward / grad_k shapes: name -> (RB
     "b2": (2, 8, 1),                # 2 rows b x 1024 t per block, 2 x 8 per thread (B = 1, 2, 3, ...)
 }
 TILED_F64 = ("f64", (4, 4, 4))      # float64 (gradcheck): 16 rows b x 128 t, 4 x 4 per thread
-TILED_COST = {"b32": 1.0, "b8": 1.15, "b2": 1.5}  # relative cost per useful FMA (smem traffic per FMA)
+# Relative time per computed FMA, from the H200 run (benchmarks/runs/timex-NVIDIA_H200.md): b32 37.2
+# TFLOP/s and b8 21.5 at B=32 T=768; b2 26.7-32.5 at B=3..12, T=2048..8192. b8 stays a named variant.
+TILED_COST = {"b32": 1.0, "b8": 1.75, "b2": 1.2}
 GRAD_W = {"float": (16, 16, 4), "f64": (8, 8, 4)}  # grad_w (RD, RU, LD): 64 lags / block (32 for float64)
 # Other float32 tile shapes compiled for scripts/timex_probe.py to compare on the device (not dispatched).
 PROBE_TILED = [(4, 16, 4), (8, 8, 2), (4, 16, 4, 64)]

@@ -1,0 +1,179 @@
+"""NumPy emulation of the index arithmetic of cu_src/timex.cu's tiled kernels (CPU, float64).
+
+Each function follows its kernel's staging (shared-memory layout, zero fill), per-thread or per-lane
+register tiles, warp skips and stores line by line, with the arithmetic done exactly, so a CPU test can
+check the tiling, the Toeplitz tap windows, the time reversal and the mma.m16n8k8 fragment maps against
+the float64 reference without a GPU. It checks the design of the indexing, not the CUDA code itself (the
+GPU tests do that); keep the two in step when a kernel changes."""
+from __future__ import annotations
+
+import numpy as np
+
+THREADS = 128
+
+
+def tiled(w, k, eps, RB, RT, WB, REV, KU=32):
+    """timex_tiled<E, RB, RT, WB, REV, KU, VEC> (VEC changes only how the same tile is loaded)."""
+    B, C, T = k.shape
+    WT = 32 // WB
+    BM, TN = WB * RB, WT * RT * 4
+    KS = BM + (4 if BM % 4 == 0 else 2)
+    NTAP = TN + KU
+    out = np.full((B, C, T), np.nan)
+    gy, gz = -(-T // TN), -(-B // BM)
+    for c in range(C):
+        for by in range(gy):
+            for bz in range(gz):
+                t0, b0 = (gy - 1 - by) * TN, bz * BM
+                nch = (min(t0 + TN, T) + KU - 1) // KU
+                acc = np.zeros((THREADS, RB, RT))
+                for ch in range(nch):
+                    u0 = ch * KU
+                    ks = np.full(KU * KS, np.nan)
+                    for idx in range(KU * BM):
+                        b, u = b0 + idx // KU, u0 + idx % KU
+                        ks[(idx % KU) * KS + idx // KU] = k[b, c, T - 1 - u if REV else u] if (b < B and u < T) else 0
+                    tp = np.array([w[c, T - 1 - d] if 0 <= d < T else 0.0
+                                   for d in range(t0 - u0 - (KU - 1), t0 - u0 - (KU - 1) + NTAP)])
+                    for tid in range(THREADS):
+                        warp, lane = divmod(tid, 32)
+                        lane_b, lane_t = lane % WB, lane // WB
+                        lt = (warp * WT + lane_t) * RT
+                        warp_tmax = t0 + (warp + 1) * WT * RT - 1
+                        if not (u0 <= warp_tmax and warp_tmax - WT * RT < T - 1):
+                            continue
+                        for p in range(KU // 4):
+                            base = lt + KU - 4 - 4 * p
+                            assert base % 4 == 0 and base >= 0 and base + RT + 4 <= NTAP
+                            win = tp[base: base + RT + 4]
+                            for q in range(4):
+                                kv = ks[(4 * p + q) * KS + lane_b * RB:][:RB]
+                                acc[tid] += np.outer(kv, win[3 - q: 3 - q + RT])
+                for tid in range(THREADS):
+                    warp, lane = divmod(tid, 32)
+                    lane_b, lane_t = lane % WB, lane // WB
+                    lt = (warp * WT + lane_t) * RT
+                    for i in range(RB):
+                        for j in range(RT):
+                            b, t = b0 + lane_b * RB + i, t0 + lt + j
+                            if b < B and t < T:
+                                out[b, c, T - 1 - t if REV else t] = acc[tid, i, j] + eps
+    return out
+
+
+def _pad(i):
+    return i + (i >> 4) * 4
+
+
+def grad_w(k, g, RD, RU, LD, group=16):
+    """timex_grad_w<E, RD, RU, LD, VEC>: blocks in channel groups, lags per thread, rows per warp."""
+    B, C, T = k.shape
+    LU = 32 // LD
+    DN, KU, BB = LD * RD, LU * RU, 8
+    GN = KU + DN
+    KP, GP = _pad(KU), _pad(GN)
+    nd = -(-T // DN)
+    gw = np.full((C, T), np.nan)
+    for bid in range(C * nd):
+        grp = bid // (group * nd)
+        gsz = min(group, C - grp * group)
+        r_in = bid - grp * group * nd
+        c, d0 = grp * group + r_in % gsz, (r_in // gsz) * DN
+        n_u = (T - d0 + KU - 1) // KU
+        acc = np.zeros((THREADS, RD))
+        for ch in range(-(-B // BB) * n_u):
+            bc0, u0 = (ch // n_u) * BB, (ch % n_u) * KU
+            ksm, gsm = np.full(BB * KP, np.nan), np.full(BB * GP, np.nan)
+            for idx in range(BB * KU):
+                b, u = bc0 + idx // KU, u0 + idx % KU
+                ksm[(idx // KU) * KP + _pad(idx % KU)] = k[b, c, u] if (b < B and u < T) else 0
+            for idx in range(BB * GN):
+                b, t = bc0 + idx // GN, u0 + d0 + idx % GN
+                gsm[(idx // GN) * GP + _pad(idx % GN)] = g[b, c, t] if (b < B and t < T) else 0
+            for tid in range(THREADS):
+                warp, lane = divmod(tid, 32)
+                lane_d, lane_u = lane % LD, lane // LD
+                for rr in range(2):
+                    r = warp * 2 + rr
+                    if bc0 + r >= B:
+                        continue
+                    kv = np.concatenate([ksm[r * KP + _pad(lane_u * RU + m):][:4] for m in range(0, RU, 4)])
+                    gv = np.concatenate([gsm[r * GP + _pad(lane_u * RU + lane_d * RD + m):][:4]
+                                         for m in range(0, RU + RD, 4)])
+                    for i in range(RU):
+                        acc[tid] += kv[i] * gv[i: i + RD]
+        red = np.zeros((4, DN))
+        for warp in range(4):
+            for lane_d in range(LD):
+                red[warp, lane_d * RD:][:RD] = sum(acc[warp * 32 + lu * LD + lane_d] for lu in range(LU))
+        for x in range(DN):
+            if d0 + x < T:
+                gw[c, T - 1 - (d0 + x)] = red[:, x].sum()
+    return gw
+
+
+def _mma(acc, a, b):
+    """mma.m16n8k8 .row.col f32.tf32: acc[32][4] += A(a[32][4]) @ B(b[32][2]) with PTX's fragment maps."""
+    A, Bm, Cm = np.zeros((16, 8)), np.zeros((8, 8)), np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        A[g, t], A[g + 8, t], A[g, t + 4], A[g + 8, t + 4] = a[lane]
+        Bm[t, g], Bm[t + 4, g] = b[lane]
+        Cm[g, 2 * t], Cm[g, 2 * t + 1], Cm[g + 8, 2 * t], Cm[g + 8, 2 * t + 1] = acc[lane]
+    Cm += A @ Bm
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        acc[lane] = [Cm[g, 2 * t], Cm[g, 2 * t + 1], Cm[g + 8, 2 * t], Cm[g + 8, 2 * t + 1]]
+
+
+def tf32x3(w, k, eps, REV):
+    """timex_tf32x3<REV> with exact products (the hi/lo split is a precision matter, not an index one)."""
+    B, C, T = k.shape
+    BM, TN, KU, KSU = 32, 256, 32, 36
+    NTAP = TN + KU
+    out = np.full((B, C, T), np.nan)
+    gy, gz = -(-T // TN), -(-B // BM)
+    for c in range(C):
+        for by in range(gy):
+            for bz in range(gz):
+                t0, b0 = (gy - 1 - by) * TN, bz * BM
+                acc = np.zeros((4, 32, 2, 8, 4))
+                for ch in range((min(t0 + TN, T) + KU - 1) // KU):
+                    u0 = ch * KU
+                    kh = np.full(BM * KSU, np.nan)
+                    for idx in range(KU * BM):
+                        b, u = b0 + idx // KU, u0 + idx % KU
+                        kh[(idx // KU) * KSU + idx % KU] = k[b, c, T - 1 - u if REV else u] if (b < B and u < T) else 0
+                    th = np.array([w[c, T - 1 - d] if 0 <= d < T else 0.0
+                                   for d in range(t0 - u0 - (KU - 1), t0 - u0 - (KU - 1) + NTAP)])
+                    for warp in range(4):
+                        warp_tmax = t0 + (warp + 1) * 64 - 1
+                        if u0 > warp_tmax or warp_tmax - 64 >= T - 1:
+                            continue
+                        bfr = np.zeros((32, 11, 2))
+                        for lane in range(32):
+                            grp, tig = lane >> 2, lane & 3
+                            for m in range(11):
+                                i = warp * 64 + 8 * (m - 3) + grp - tig + KU - 1
+                                bfr[lane, m] = [th[i], th[i - 4]]
+                        for s in range(KU // 8):
+                            afr = np.zeros((32, 2, 4))
+                            for lane in range(32):
+                                grp, tig = lane >> 2, lane & 3
+                                for mt in range(2):
+                                    r = (16 * mt + grp) * KSU + 8 * s + tig
+                                    afr[lane, mt] = [kh[r], kh[r + 8 * KSU], kh[r + 4], kh[r + 8 * KSU + 4]]
+                            for mt in range(2):
+                                for j in range(8):
+                                    _mma(acc[warp, :, mt, j], afr[:, mt], bfr[:, j - s + 3])
+                for warp in range(4):
+                    for lane in range(32):
+                        grp, tig = lane >> 2, lane & 3
+                        for mt in range(2):
+                            for j in range(8):
+                                for x in range(4):
+                                    b = b0 + 16 * mt + grp + (8 if x >= 2 else 0)
+                                    t = t0 + warp * 64 + 8 * j + 2 * tig + (x & 1)
+                                    if b < B and t < T:
+                                        out[b, c, T - 1 - t if REV else t] = acc[warp, lane, mt, j, x] + eps
+    return out
