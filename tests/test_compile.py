@@ -42,3 +42,15 @@ def test_compile_error_names_file_and_log(tmp_path, monkeypatch):
     finally:
         KernelSource.registry.pop("broken.cu", None)
         sources.read_source.cache_clear()
+
+
+def test_bench_without_gpu_runs_the_offline_check(monkeypatch, capsys):
+    import cupy_kernels.__main__ as cli
+
+    if cli.gpu_count():
+        pytest.skip("a GPU is present: bench would benchmark")
+    ran = []
+    monkeypatch.setattr(cli, "check", lambda: ran.append(True) or 0)
+    assert cli.main(["bench"]) == 0
+    assert ran == [True]
+    assert "No CUDA device here" in capsys.readouterr().out

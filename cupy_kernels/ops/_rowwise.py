@@ -110,26 +110,17 @@ def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: i
     return Plan(rows, n, group, threads, packs, parts, chunk, max(grid, parts), split)
 
 
-_OCCUPANCY: dict = {}
-
-
 def occupancy(kernel, name: str, smem: int = 0):
-    """threads -> resident blocks per SM of this kernel (the driver's occupancy calculator, cached),
-    or None when it cannot be asked (then plan() uses the __launch_bounds__ guarantee)."""
+    """threads -> resident blocks per SM of this kernel (the runtime's occupancy calculator), or None
+    when it cannot be asked (then plan() uses the __launch_bounds__ guarantee). `name` is unused
+    (kept for callers); `smem` may be a function of the block size."""
     def per_sm(threads: int):
-        from .._runtime import current
+        from .._runtime import current, resident_blocks
 
-        nbytes = smem(threads) if callable(smem) else smem
-        key = (name, threads, nbytes, current().id)
-        if key not in _OCCUPANCY:
-            try:
-                from cupy_backends.cuda.api import driver
-
-                _OCCUPANCY[key] = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads,
-                                                                                        nbytes))
-            except Exception:
-                _OCCUPANCY[key] = 0
-        return _OCCUPANCY[key]
+        try:
+            return resident_blocks(kernel, threads, smem(threads) if callable(smem) else smem) // current().sm_count
+        except Exception:
+            return 0
 
     return per_sm
 
