@@ -1,0 +1,374 @@
+// Padding in one kernel: NumPy's constant / edge / reflect / symmetric / wrap modes and brick-wall
+// tiling, plus the backward gather-sum (deterministic, no atomics).
+//
+// Every output element is written once. The host (ops/pad.py) merges axes so the kernel sees the
+// output as `rows` rows of `wtot` elements: up to PAD_MAXD outer axes (each with its own index map),
+// one last padded axis, and an optional inner block of `blk` unpadded elements contiguous in x
+// (channels-last images: the C axis rides along inside the W axis). Per axis, the source index of
+// output coordinate o (k = o - before) is
+//   constant: k if 0 <= k < n, else the pad value of the highest padded axis (NumPy's corner rule)
+//   edge:     clamp(k, 0, n - 1)
+//   periodic: q = k mod P, then q < n ? q : R - q          (P, R below: exactly numpy.pad, wide
+//             wrap P = n; reflect P = 2n - 2 (1 if n == 1), R = P; symmetric P = 2n, R = P - 1)
+//   brick:    wrap on every axis, and the last axis is shifted right by stagger * band, where
+//             band = floor(k_row / n_row) counts tile bands on the second-to-last axis.
+// Padding only copies, so the kernels move raw bits: T is an unsigned type of the element's size.
+#ifdef PAD_HOST
+// Compiled as plain C++ by the CPU test harness (tests/test_pad.py) to check this exact logic.
+#define PAD_HD inline
+template <typename To, typename From> inline To pad_cast(From v) { return (To)v; }
+#else
+#include "common/types.cuh"
+#define PAD_HD __device__ __forceinline__
+template <typename To, typename From> __device__ __forceinline__ To pad_cast(From v) { return cast<To>(v); }
+#endif
+
+constexpr int PAD_MAXD = 6;    // outer axes after merging (ops/pad.py splits larger problems)
+constexpr int PAD_UNROLL = 4;  // 16-byte chunks per thread per tile, at most (1 for 1-byte, 2 for 2-byte types)
+enum { PAD_CONSTANT = 0, PAD_EDGE = 1, PAD_PERIODIC = 2, PAD_BRICK = 3 };
+enum { FOLD_WRAP = 0, FOLD_REFLECT = 1, FOLD_SYMMETRIC = 2 };
+
+template <typename T> struct alignas(16) PadPack { T v[16 / sizeof(T)]; };
+
+struct PadParams {
+  long long rows, wtot;          // output rows and elements per row (= lout * blk)
+  long long tiles, tpr;          // tiles in all and per row (wide path)
+  int tile_chunks, unroll;       // chunks per tile (= blockDim.x * unroll); 0: narrow path
+  int nd, fold;                  // outer axes; FOLD_* for PAD_PERIODIC
+  long long out[PAD_MAXD], n[PAD_MAXD], before[PAD_MAXD], stride[PAD_MAXD];  // outer axes
+  long long lout, ln, lbefore, lstride, blk;  // last axis (stride in elements of x) and inner block
+  long long stagger;             // brick: shift per band, in [0, ln)
+  int contig;                    // lstride == blk: the interior of a row is contiguous in x
+  unsigned long long cval[2 * PAD_MAXD + 2];  // constant mode: raw bits per (axis, side); last axis last
+  // (indexed with compile-time indices only, so the parameters stay out of local memory)
+};
+
+struct PadRow {
+  long long src;     // element offset in x of the row's source (last-axis index 0)
+  long long origin;  // output column (in units of blk) of source index 0 on the last axis
+  int cidx;          // constant mode: >= 0 when an outer axis is in its pad ...
+  unsigned long long cv;  // ... and then the pad value (raw bits) of the highest such axis
+};
+
+PAD_HD long long pad_pmod(long long a, long long m) {  // m > 0; result in [0, m)
+  if (a > -0x40000000LL && a < 0x40000000LL && m < 0x40000000LL) {
+    const int r = (int)a % (int)m;
+    return r < 0 ? r + m : r;
+  }
+  const long long r = a % m;
+  return r < 0 ? r + m : r;
+}
+
+PAD_HD long long pad_floordiv(long long a, long long m) {  // m > 0
+  const long long q = a / m;
+  return (a % m != 0 && a < 0) ? q - 1 : q;
+}
+
+PAD_HD long long pad_period(long long n, int fold) {
+  return fold == FOLD_WRAP ? n : fold == FOLD_REFLECT ? (n > 1 ? 2 * n - 2 : 1) : 2 * n;
+}
+
+PAD_HD long long pad_fold(long long q, long long n, long long P, int fold) {  // q in [0, P)
+  return q < n ? q : (fold == FOLD_REFLECT ? P - q : P - 1 - q);
+}
+
+// Source offset (or constant index) of output row `row`: outer coordinates from the last axis down.
+template <int MODE>
+PAD_HD PadRow pad_decode_row(const PadParams& p, long long row) {
+  PadRow r;
+  r.src = 0;
+  r.origin = p.lbefore;
+  r.cidx = -1;
+  r.cv = 0;
+  long long rem = row;
+#pragma unroll
+  for (int d = PAD_MAXD - 1; d >= 0; --d) {
+    if (d >= p.nd) continue;
+    const long long ext = p.out[d];
+    const long long o = rem % ext;
+    rem /= ext;
+    const long long k = o - p.before[d], n = p.n[d];
+    if (MODE == PAD_CONSTANT) {
+      if (k < 0 || k >= n) {
+        if (r.cidx < 0) {  // the highest padded axis wins
+          r.cidx = 2 * d + (k >= n ? 1 : 0);
+          r.cv = k >= n ? p.cval[2 * d + 1] : p.cval[2 * d];
+        }
+      } else {
+        r.src += k * p.stride[d];
+      }
+    } else if (MODE == PAD_EDGE) {
+      r.src += (k < 0 ? 0 : k >= n ? n - 1 : k) * p.stride[d];
+    } else {
+      const int fold = MODE == PAD_BRICK ? FOLD_WRAP : p.fold;
+      const long long P = pad_period(n, fold);
+      r.src += pad_fold(pad_pmod(k, P), n, P, fold) * p.stride[d];
+      if (MODE == PAD_BRICK && d == p.nd - 1)
+        r.origin = pad_pmod(p.lbefore + p.stagger * pad_floordiv(k, n), p.ln);
+    }
+  }
+  return r;
+}
+
+PAD_HD int pad_pmod32(int a, int m) {  // m > 0; result in [0, m)
+  const int r = a % m;
+  return r < 0 ? r + m : r;
+}
+
+// Column-level math is 32-bit (the host keeps wtot < 2^31); row offsets and strides are 64-bit.
+// One element of a row: column c in [0, wtot).
+template <int MODE, typename T>
+PAD_HD T pad_value(const PadParams& p, const PadRow& r, const T* x, int c) {
+  const int blk = (int)p.blk, ln = (int)p.ln;
+  const int w = blk == 1 ? c : c / blk, b = c - w * blk;
+  const int k = w - (int)r.origin;
+  const T* xr = x + r.src + b;
+  if (MODE == PAD_CONSTANT) {
+    if (k < 0) return (T)p.cval[2 * PAD_MAXD];
+    if (k >= ln) return (T)p.cval[2 * PAD_MAXD + 1];
+    if (r.cidx >= 0) return (T)r.cv;
+    return xr[k * p.lstride];
+  } else if (MODE == PAD_EDGE) {
+    return xr[(k < 0 ? 0 : k >= ln ? ln - 1 : k) * p.lstride];
+  } else {
+    const int fold = MODE == PAD_BRICK ? FOLD_WRAP : p.fold;
+    const int P = (int)pad_period(ln, fold);
+    const int q = pad_pmod32(k, P);
+    return xr[(q < ln ? q : fold == FOLD_REFLECT ? P - q : P - 1 - q) * p.lstride];
+  }
+}
+
+// The 16 bytes of output starting at column col0 of a row (col0 may be negative for a row that
+// starts mid-chunk; columns outside [0, wtot) are left unset). Interior chunks are one 16-byte load
+// when x is aligned alike; others walk the index map element by element (one modulo per chunk).
+template <int MODE, typename T>
+PAD_HD void pad_load_chunk(const PadParams& p, const PadRow& r, const T* x, int col0, PadPack<T>& out) {
+  constexpr int V = 16 / sizeof(T);
+  const int blk = (int)p.blk, ln = (int)p.ln, wtot = (int)p.wtot;
+  if (MODE != PAD_BRICK) {
+    const int lo = (int)p.lbefore * blk, hi = lo + ln * blk;
+    if (col0 >= lo && col0 + V <= hi) {
+      if (MODE == PAD_CONSTANT && r.cidx >= 0) {
+        const T v = (T)r.cv;
+#pragma unroll
+        for (int e = 0; e < V; ++e) out.v[e] = v;
+        return;
+      }
+      if (p.contig) {
+        const T* s = x + r.src + (col0 - lo);
+        if ((reinterpret_cast<unsigned long long>(s) & 15) == 0) {
+          out = *reinterpret_cast<const PadPack<T>*>(s);
+          return;
+        }
+      }
+    }
+  }
+  const int c0 = col0 < 0 ? 0 : col0;
+  int w = blk == 1 ? c0 : c0 / blk, b = c0 - w * blk;
+  int k = w - (int)r.origin;
+  const int fold = MODE == PAD_BRICK ? FOLD_WRAP : p.fold;
+  int P = 1, q = 0;
+  if (MODE == PAD_PERIODIC || MODE == PAD_BRICK) {
+    P = (int)pad_period(ln, fold);
+    q = pad_pmod32(k, P);
+  }
+  const T* xr = x + r.src;
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    const int c = col0 + e;
+    if (c < 0 || c >= wtot) continue;
+    T v;
+    if (MODE == PAD_CONSTANT) {
+      v = k < 0 ? (T)p.cval[2 * PAD_MAXD]
+          : k >= ln ? (T)p.cval[2 * PAD_MAXD + 1]
+          : r.cidx >= 0 ? (T)r.cv
+                        : xr[k * p.lstride + b];
+    } else if (MODE == PAD_EDGE) {
+      v = xr[(k < 0 ? 0 : k >= ln ? ln - 1 : k) * p.lstride + b];
+    } else {
+      v = xr[(q < ln ? q : fold == FOLD_REFLECT ? P - q : P - 1 - q) * p.lstride + b];
+    }
+    out.v[e] = v;
+    if (++b == blk) {
+      b = 0;
+      ++k;
+      if (++q == P) q = 0;
+    }
+  }
+}
+
+template <typename T>
+PAD_HD void pad_store_chunk(T* y, long long row_start, int col0, int wtot, const PadPack<T>& v) {
+  constexpr int V = 16 / sizeof(T);
+  if (col0 >= 0 && col0 + V <= wtot) {
+    *reinterpret_cast<PadPack<T>*>(y + row_start + col0) = v;
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    const int c = col0 + e;
+    if (c >= 0 && c < wtot) y[row_start + c] = v.v[e];
+  }
+}
+
+// Column of the first element of chunk `j` of tile segment `seg` of a row starting at element E:
+// chunks are 16-byte aligned in y (y itself is 16-byte aligned).
+template <typename T>
+PAD_HD int pad_chunk_col(long long E, int seg, int tile_chunks, int j) {
+  constexpr int V = 16 / (int)sizeof(T);
+  return -(int)(E & (V - 1)) + (seg * tile_chunks + j) * V;
+}
+
+// Narrow rows (fewer than 32 chunks): one 16-byte chunk of the flat output per thread, rows decoded
+// per element as they change.
+template <int MODE, typename T>
+PAD_HD void pad_flat_chunk(const PadParams& p, const T* x, T* y, long long g, long long& cur_row, PadRow& r) {
+  constexpr int V = 16 / sizeof(T);
+  const long long total = p.rows * p.wtot, G = g * V;
+  long long row = G / p.wtot;
+  int c = (int)(G - row * p.wtot);
+  PadPack<T> v;
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    if (G + e < total) {
+      if (row != cur_row) {
+        r = pad_decode_row<MODE>(p, row);
+        cur_row = row;
+      }
+      v.v[e] = pad_value<MODE, T>(p, r, x, c);
+    }
+    if (++c == p.wtot) {
+      c = 0;
+      ++row;
+    }
+  }
+  if (G + V <= total) {
+    *reinterpret_cast<PadPack<T>*>(y + G) = v;
+  } else {
+    for (int e = 0; e < V && G + e < total; ++e) y[G + e] = v.v[e];
+  }
+}
+
+// ---- Backward: the gradient of one padded axis, gathered. g is a C-contiguous (A, outk, C) array,
+// r the (A, n, C) result: r[a, i, c] = sum of g[a, o, c] over the output coordinates o whose source
+// index is i, in increasing o per residue class (a fixed order: deterministic).
+enum { FOLD_EDGE_AXIS = 0, FOLD_PERIODIC_AXIS = 1, FOLD_BRICK_AXIS = 2 };
+
+template <int FMODE, typename Tin, typename A>
+PAD_HD A pad_gather_one(const Tin* g, long long a, long long i, long long c, long long outk, long long n,
+                        long long C, long long before, int fold, long long brows, long long bp0,
+                        long long bth, long long stagger) {
+  const Tin* base = g + a * outk * C + c;
+  A acc = A(0);
+  if (FMODE == FOLD_EDGE_AXIS) {
+    const long long lo = i == 0 ? 0 : before + i, hi = i == n - 1 ? outk : before + i + 1;
+    for (long long o = lo; o < hi; ++o) acc += pad_cast<A>(base[o * C]);
+    return acc;
+  }
+  long long origin = before;
+  if (FMODE == FOLD_BRICK_AXIS) {
+    origin = before + stagger * pad_floordiv(a % brows - bp0, bth);
+    fold = FOLD_WRAP;
+  }
+  const long long P = pad_period(n, fold);
+  for (long long o = pad_pmod(origin + i, P); o < outk; o += P) acc += pad_cast<A>(base[o * C]);
+  if (fold != FOLD_WRAP) {
+    const long long i2 = pad_pmod(fold == FOLD_REFLECT ? P - i : P - 1 - i, P);
+    if (i2 != i)
+      for (long long o = pad_pmod(origin + i2, P); o < outk; o += P) acc += pad_cast<A>(base[o * C]);
+  }
+  return acc;
+}
+
+#ifndef PAD_HOST
+#define PAD_AXIS_ARGS(i) long long o##i, long long n##i, long long b##i, long long s##i
+#define PAD_AXIS_SET(i) p.out[i] = o##i; p.n[i] = n##i; p.before[i] = b##i; p.stride[i] = s##i;
+
+// Forward. Wide rows (tile_chunks > 0): grid-stride over tiles of `tile_chunks` 16-byte chunks of one
+// row; block = tile_chunks / unroll threads (<= 256); thread 0 decodes the block's next row while
+// the block copies the current one (double-buffered in shared memory, one barrier per tile).
+// Narrow rows (tile_chunks == 0): any 1-D grid, one chunk per thread per step. 64-bit indices; y must
+// be 16-byte aligned; x any alignment and strides.
+template <int MODE, typename T>
+__global__ void __launch_bounds__(256, sizeof(T) >= 4 ? 4 : 3) pad_forward(
+    const T* __restrict__ x, T* __restrict__ y, long long rows, long long wtot, long long tiles,
+    long long tpr, int tile_chunks, int unroll, int nd, int fold, PAD_AXIS_ARGS(0), PAD_AXIS_ARGS(1),
+    PAD_AXIS_ARGS(2), PAD_AXIS_ARGS(3), PAD_AXIS_ARGS(4), PAD_AXIS_ARGS(5), long long lout, long long ln,
+    long long lbefore, long long lstride, long long blk, long long stagger, int contig,
+    unsigned long long c0, unsigned long long c1, unsigned long long c2, unsigned long long c3,
+    unsigned long long c4, unsigned long long c5, unsigned long long c6, unsigned long long c7,
+    unsigned long long c8, unsigned long long c9, unsigned long long c10, unsigned long long c11,
+    unsigned long long c12, unsigned long long c13) {
+  PadParams p;
+  p.rows = rows; p.wtot = wtot; p.tiles = tiles; p.tpr = tpr; p.tile_chunks = tile_chunks;
+  p.unroll = unroll; p.nd = nd; p.fold = fold;
+  PAD_AXIS_SET(0) PAD_AXIS_SET(1) PAD_AXIS_SET(2) PAD_AXIS_SET(3) PAD_AXIS_SET(4) PAD_AXIS_SET(5)
+  p.lout = lout; p.ln = ln; p.lbefore = lbefore; p.lstride = lstride; p.blk = blk; p.stagger = stagger;
+  p.contig = contig;
+  p.cval[0] = c0; p.cval[1] = c1; p.cval[2] = c2; p.cval[3] = c3; p.cval[4] = c4; p.cval[5] = c5;
+  p.cval[6] = c6; p.cval[7] = c7; p.cval[8] = c8; p.cval[9] = c9; p.cval[10] = c10; p.cval[11] = c11;
+  p.cval[12] = c12; p.cval[13] = c13;
+  const int tid = threadIdx.x;
+  if (tile_chunks == 0) {
+    const long long nchunks = (rows * wtot + 16 / (long long)sizeof(T) - 1) / (16 / (long long)sizeof(T));
+    long long cur_row = -1;
+    PadRow r = {0, 0, -1, 0};
+    for (long long g = (long long)blockIdx.x * blockDim.x + tid; g < nchunks; g += (long long)gridDim.x * blockDim.x)
+      pad_flat_chunk<MODE, T>(p, x, y, g, cur_row, r);
+    return;
+  }
+  __shared__ PadRow info[2];
+  __shared__ long long info_row[2], info_seg[2];
+  long long t = blockIdx.x;
+  if (tid == 0 && t < tiles) {
+    const long long row = t / tpr;
+    info_row[0] = row;
+    info_seg[0] = t - row * tpr;
+    info[0] = pad_decode_row<MODE>(p, row);
+  }
+  __syncthreads();
+  for (int buf = 0; t < tiles; t += gridDim.x, buf ^= 1) {
+    const PadRow r = info[buf];
+    const long long row = info_row[buf], seg = info_seg[buf];
+    const long long nt = t + gridDim.x;
+    if (tid == 0 && nt < tiles) {
+      const long long nrow = nt / tpr;
+      info_row[buf ^ 1] = nrow;
+      info_seg[buf ^ 1] = nt - nrow * tpr;
+      info[buf ^ 1] = pad_decode_row<MODE>(p, nrow);
+    }
+    const long long E = row * wtot;
+    const int w32 = (int)wtot;
+    constexpr int UMAX = sizeof(T) < 4 ? (int)sizeof(T) : PAD_UNROLL;  // chunks of 8 or 16 elements: fewer
+    PadPack<T> v[UMAX];
+    int col[UMAX];
+#pragma unroll
+    for (int u = 0; u < UMAX; ++u) {
+      col[u] = pad_chunk_col<T>(E, (int)seg, tile_chunks, u * (int)blockDim.x + tid);
+      if (u < unroll && col[u] < w32) pad_load_chunk<MODE, T>(p, r, x, col[u], v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < UMAX; ++u)
+      if (u < unroll && col[u] < w32) pad_store_chunk<T>(y, E, col[u], w32, v[u]);
+    __syncthreads();
+  }
+}
+
+// Backward of one axis: r (A, n, C) <- gather-sum of g (A, outk, C), both C-contiguous. Launch: 1-D
+// grid of 256-thread blocks, grid-stride over A * n * C results (64-bit); consecutive threads take
+// consecutive c (coalesced), or consecutive i when C == 1. Accumulates in float (double for double).
+template <int FMODE, typename Tin, typename Tout>
+__global__ void __launch_bounds__(256) pad_gather(const Tin* __restrict__ g, Tout* __restrict__ r, long long A,
+                                                  long long outk, long long n, long long C, long long before,
+                                                  int fold, long long brows, long long bp0, long long bth,
+                                                  long long stagger) {
+  typedef typename AccOf<Tin>::type Acc;
+  const long long total = A * n * C;
+  for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+       idx += (long long)gridDim.x * blockDim.x) {
+    const long long c = idx % C, ai = idx / C, i = ai % n, a = ai / n;
+    const Acc v = pad_gather_one<FMODE, Tin, Acc>(g, a, i, c, outk, n, C, before, fold, brows, bp0, bth, stagger);
+    r[idx] = cast<Tout>(v);
+  }
+}
+#endif

@@ -1,0 +1,562 @@
+"""pad: bit-identical to numpy.pad in every mode and dtype (GPU sweep of thousands of cases), brick
+tiling, torch interop and autograd; CPU checks of the index maps, the argument rules and (with g++)
+the kernel's own device code run on the host."""
+from __future__ import annotations
+
+import functools
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import gpu, rng, torch_gpu
+from cupy_kernels.ops import pad as P
+
+try:
+    import ml_dtypes
+except ImportError:  # bfloat16 needs it (present on the GPU machine)
+    ml_dtypes = None
+
+MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
+DTYPES = ["bool", "uint8", "int8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+          "float16", "float32", "float64", "complex64"] + (["bfloat16"] if ml_dtypes else [])
+
+
+def np_dtype(name):
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def random_bits(shape, dtype, g):
+    """Random bit patterns of `dtype` (NaNs with payloads, infinities, -0.0 included); bool 0/1."""
+    dt = np_dtype(dtype)
+    if dt == np.bool_:
+        return g.integers(0, 2, size=shape, dtype=np.uint8).view(np.bool_)
+    raw = g.integers(0, 256, size=tuple(shape) + (dt.itemsize,), dtype=np.uint8)
+    return raw.view(dt).reshape(shape)
+
+
+def same_bits(a, b) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return np.array_equal(np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}"),
+                          np.ascontiguousarray(b).view(f"u{b.dtype.itemsize}"))
+
+
+def random_case(g, max_dims=4, max_side=9, wide=3, max_out=300_000):
+    """A random shape, pad_width (often wider than the axis), mode and constant_values; at most
+    `max_out` output elements."""
+    while True:
+        case = _random_case(g, max_dims, max_side, wide)
+        shape, pad_width = case[:2]
+        pads = P.normalize_pad_width(pad_width, len(shape))
+        if math.prod(n + b + a for n, (b, a) in zip(shape, pads)) <= max_out:
+            return case
+
+
+def _random_case(g, max_dims, max_side, wide):
+    nd = int(g.integers(1, max_dims + 1))
+    shape = tuple(int(s) for s in g.choice([1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33], size=nd)) if g.random() < 0.5 \
+        else tuple(int(s) for s in g.integers(1, max_side + 1, size=nd))
+    if g.random() < 0.3:  # wide rows: the tiled path of the kernel (>= 32 chunks of 16 bytes a row)
+        axis = int(g.integers(0, nd))
+        shape = shape[:axis] + (int(g.integers(60, 700)),) + shape[axis + 1:]
+    mode = str(g.choice(MODES + ("brick",) if nd >= 2 else MODES))
+    pads = []
+    for n in shape:
+        hi = max(1, wide * n + 2) if g.random() < 0.4 else 4
+        pads.append((int(g.integers(0, hi + 1)), int(g.integers(0, hi + 1))) if g.random() < 0.8 else (0, 0))
+    form = g.random()
+    if form < 0.15:
+        pad_width = pads[0][0]
+    elif form < 0.25:
+        pad_width = pads[0]
+    else:
+        pad_width = pads
+    cv = 0
+    if mode == "constant":
+        c = g.random()
+        cv = int(g.integers(0, 100)) if c < 0.5 else [(int(g.integers(0, 100)), int(g.integers(0, 100))) for _ in shape]
+    stagger = int(g.integers(-50, 50)) if mode == "brick" else 0
+    return shape, pad_width, mode, cv, stagger
+
+
+def numpy_pad(a, pad_width, mode, cv, stagger):
+    """numpy.pad, or the brick formula of the issue written directly (numpy has no brick)."""
+    if mode == "constant":
+        return np.pad(a, pad_width, mode="constant", constant_values=cv)
+    if mode != "brick":
+        return np.pad(a, pad_width, mode=mode)
+    pads = P.normalize_pad_width(pad_width, a.ndim)
+    lead = np.pad(a, pads[:-2] + [(0, 0), (0, 0)], mode="wrap")
+    th, tw = a.shape[-2:]
+    (p0, q0), (p1, q1) = pads[-2:]
+    r = np.arange(th + p0 + q0)[:, None] - p0
+    c = np.arange(tw + p1 + q1)[None, :] - p1
+    return lead[..., np.mod(r, th), np.mod(c - stagger * np.floor_divide(r, th), tw)]
+
+
+# ---- CPU: the index maps against numpy.pad --------------------------------------------------------
+
+def test_reference_index_maps_match_numpy_pad():
+    """The per-axis maps the kernel computes (pure NumPy form) reproduce numpy.pad exactly,
+    wide pads and NumPy's repeated reflection included."""
+    g = rng()
+    for _ in range(2500):
+        shape, pad_width, mode, cv, stagger = random_case(g, max_dims=3)
+        if mode == "brick":
+            continue
+        a = random_bits(shape, str(g.choice(["uint8", "int16", "float32", "float64", "bool"])), g)
+        spec = P.normalize(shape, a.dtype, pad_width, mode, cv)
+        assert same_bits(P.reference(a, spec), numpy_pad(a, pad_width, mode, cv, 0)), (shape, pad_width, mode, cv)
+
+
+def test_index_map_edge_cases():
+    # reflect of a single element repeats it (numpy's legacy rule); symmetric and wrap likewise.
+    for mode in ("reflect", "symmetric", "wrap", "edge"):
+        assert P.index_map(mode, 1, 5, 7).tolist() == [0] * 13
+    # period 2n - 2 for reflect, 2n for symmetric, n for wrap, across many periods
+    a = np.arange(3)
+    for mode in ("reflect", "symmetric", "wrap"):
+        assert P.index_map(mode, 3, 11, 13).tolist() == np.pad(a, (11, 13), mode=mode).tolist()
+    assert P.index_map("constant", 0, 2, 3).tolist() == [-1] * 5
+
+
+def test_brick_formula():
+    g = rng()
+    for _ in range(200):
+        th, tw = int(g.integers(1, 7)), int(g.integers(1, 7))
+        pads = [(int(g.integers(0, 15)), int(g.integers(0, 15))) for _ in range(2)]
+        s = int(g.integers(-20, 20))
+        a = random_bits((th, tw), "int32", g)
+        spec = P.normalize(a.shape, a.dtype, pads, "brick", stagger=s)
+        got = P.reference(a, spec)
+        (p0, _), (p1, _) = pads
+        for r in range(got.shape[0]):
+            for c in range(got.shape[1]):
+                assert got[r, c] == a[(r - p0) % th, (c - p1 - s * ((r - p0) // th)) % tw]
+        assert same_bits(got, numpy_pad(a, pads, "brick", 0, s))
+    a = random_bits((3, 4, 5), "float32", g)
+    assert same_bits(P.reference(a, P.normalize(a.shape, a.dtype, 3, "brick", stagger=0)), np.pad(a, 3, mode="wrap"))
+
+
+# ---- CPU: argument rules ---------------------------------------------------------------------------
+
+def test_errors_like_numpy():
+    f32 = np.dtype("float32")
+    with pytest.raises(ValueError, match="negative"):
+        P.normalize((3, 4), f32, -1)
+    with pytest.raises(ValueError, match="negative"):
+        P.normalize((3, 4), f32, ((1, 2), (0, -1)))
+    with pytest.raises(ValueError, match="pad_width"):
+        P.normalize((3, 4), f32, ((1, 2), (3, 4), (5, 6)))
+    with pytest.raises(ValueError, match="pad_width"):
+        P.normalize((3, 4, 5), f32, ((1, 2, 3), (3, 4, 5)))
+    with pytest.raises(TypeError, match="integral"):
+        P.normalize((3, 4), f32, 1.5)
+    with pytest.raises(ValueError, match="empty axis 1"):
+        P.normalize((3, 0), f32, 1, "reflect")
+    P.normalize((3, 0), f32, ((1, 1), (0, 0)), "reflect")  # an empty axis without pads is fine
+    P.normalize((3, 0), f32, 1, "constant")
+    with pytest.raises(ValueError, match="mode 'mean' is not supported"):
+        P.normalize((3, 4), f32, 1, "mean")
+    with pytest.raises(ValueError, match="brick"):
+        P.normalize((5,), f32, 1, "brick")
+    with pytest.raises(ValueError, match="stagger"):
+        P.normalize((3, 4), f32, 1, "wrap", stagger=2)
+    with pytest.raises(TypeError, match="stagger"):
+        P.normalize((3, 4), f32, 1, "brick", stagger=1.5)
+    with pytest.raises(ValueError, match="constant_values"):
+        P.normalize((3, 4), f32, 1, "constant", constant_values=[1, 2, 3])
+    # the same cases numpy itself rejects
+    for args in [(-1,), (((1, 2), (3, 4), (5, 6)),)]:
+        with pytest.raises(ValueError):
+            np.pad(np.zeros((3, 4)), *args)
+
+
+def test_pad_width_forms_like_numpy():
+    for pw in [2, (1, 3), [[1, 2]], [[1], [2]], ((1, 2), (3, 4)), {1: (1, 2)}, {-1: 3}, {0: 2, 1: (0, 1)},
+               np.array([[0, 1], [2, 3]])]:
+        a = np.arange(12).reshape(3, 4)
+        spec = P.normalize(a.shape, a.dtype, pw)
+        assert spec.out_shape == np.pad(a, pw).shape, pw
+
+
+def test_constant_values_cast_like_numpy():
+    """The pad value is cast into the array's dtype by numpy's own assignment (same bits, same errors)."""
+    for dtype, cv in [("uint8", 3.7), ("int16", -2.9), ("bool", 5), ("float16", 1e-8), ("float32", np.nan),
+                      ("uint8", np.int64(-1)), ("int32", [(1, 2), (3, 4)]), ("float64", -0.0), ("uint8", 300)]:
+        a = np.ones((2, 3), dtype=dtype)
+        try:
+            ref = np.pad(a, 1, constant_values=cv)
+        except Exception as e:
+            with pytest.raises(type(e)):
+                P.normalize(a.shape, a.dtype, 1, "constant", cv)
+            continue
+        spec = P.normalize(a.shape, a.dtype, 1, "constant", cv)
+        assert same_bits(P.reference(a, spec), ref), (dtype, cv)
+
+
+def test_host_arrays_rejected():
+    import cupy_kernels as ck
+
+    with pytest.raises(TypeError, match="x must be a cupy.ndarray"):
+        ck.pad(np.ones(3), 1)
+    with pytest.raises(TypeError, match="x must be"):
+        ck.pad([1, 2, 3], 1)
+
+
+def test_tiling_choice():
+    for cpr in (32, 33, 127, 288, 289, 1000, 2056, 4097, 100000):
+        threads, unroll, tpr = P._choose_tiling(cpr)
+        assert threads % 32 == 0 and 64 <= threads <= 256 and 1 <= unroll <= 4
+        assert tpr * threads * unroll >= cpr > (tpr - 1) * threads * unroll
+
+
+# ---- CPU: the kernel's device code, compiled for the host ----------------------------------------
+
+HARNESS_SRC = Path(__file__).with_name("pad_host_harness.cpp")
+
+
+@functools.lru_cache(maxsize=None)
+def harness(tmp=Path("/tmp")) -> str | None:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        return None
+    from cupy_kernels._runtime import cu_src_dir
+
+    import hashlib
+
+    digest = hashlib.sha1((HARNESS_SRC.read_text() + (cu_src_dir() / "pad.cu").read_text()).encode()).hexdigest()[:12]
+    exe = tmp / f"cupy_kernels_pad_harness_{digest}"
+    if not exe.exists():
+        subprocess.run([cxx, "-O1", "-std=c++17", "-w", f"-I{cu_src_dir()}", "-o", str(exe), str(HARNESS_SRC)],
+                       check=True)
+    return str(exe)
+
+
+def harness_forward(exe, base, x, spec, xshift=0):
+    """Run the device functions over the launch the GPU would get, for the view `x` of `base`."""
+    size = x.dtype.itemsize
+    raw = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size]
+    offset = (x.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // size
+    p = P.plan(x.shape, [s // size for s in x.strides], size, spec)
+    head = f"forward {size} {p.kmode} {p.threads} {xshift} {offset} {base.size}\n"
+    head += " ".join(str(int(v)) for v in p.args()) + "\n"
+    out = subprocess.run([exe], input=head.encode() + base.view(raw).tobytes(), capture_output=True, check=True).stdout
+    return np.frombuffer(out, dtype=x.dtype).reshape(spec.out_shape), p
+
+
+def random_view(g, shape, dtype):
+    """A view of `shape` inside a larger random buffer: contiguous, permuted, or a window with some
+    axes reversed, at an element offset. Returns (buffer, view)."""
+    kind = g.random()
+    if kind < 0.45:
+        base = random_bits((math.prod(shape),), dtype, g)
+        return base, base.reshape(shape)
+    if kind < 0.7:  # a transposed view (channels-last style)
+        perm = g.permutation(len(shape))
+        full = tuple(shape[i] for i in perm)
+        base = random_bits((math.prod(full),), dtype, g)
+        return base, base.reshape(full).transpose(np.argsort(perm))
+    big = tuple(s + int(g.integers(0, 3)) for s in shape)
+    off = int(g.integers(0, 4))
+    base = random_bits((math.prod(big) + off,), dtype, g)
+    arr = base[off:].reshape(big)
+    for axis in range(len(shape)):
+        if g.random() < 0.3:
+            arr = np.flip(arr, axis)
+    starts = [int(g.integers(0, b - s + 1)) for s, b in zip(shape, big)]
+    return base, arr[tuple(slice(st, st + s) for st, s in zip(starts, shape))]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
+def test_device_code_on_host_matches_numpy():
+    exe = harness()
+    g = rng()
+    cases = 0
+    for i in range(700):
+        shape, pad_width, mode, cv, stagger = random_case(g, max_dims=4, max_side=40 if i % 4 == 0 else 9)
+        dtype = str(g.choice(DTYPES))
+        base, x = random_view(g, shape, dtype)
+        spec = P.normalize(shape, x.dtype, pad_width, mode, cv, stagger)
+        try:
+            got, p = harness_forward(exe, base, x, spec, xshift=int(g.integers(0, 16 // x.dtype.itemsize)) * x.dtype.itemsize)
+        except P._TooManyAxes:
+            continue
+        ref = numpy_pad(np.ascontiguousarray(x), pad_width, mode, cv, stagger)
+        assert same_bits(got, ref), (shape, x.strides, pad_width, mode, cv, stagger, dtype, p)
+        cases += 1
+    # wide rows with every path: channels-last merge, interior vector loads, misaligned sources
+    for shape, pw, mode, dtype in [((3, 40, 500, 3), ((0, 0), (5, 7), (9, 2), (0, 0)), "reflect", "uint8"),
+                                   ((2, 3, 61, 300), ((0, 0), (0, 0), (64, 64), (64, 64)), "reflect", "float32"),
+                                   ((2, 3, 61, 300), ((0, 0), (0, 0), (64, 64), (64, 64)), "constant", "float32"),
+                                   ((2, 3, 61, 300), ((0, 0), (0, 0), (64, 64), (64, 64)), "edge", "float16"),
+                                   ((1, 1003), ((0, 0), (1, 1)), "symmetric", "float64"),
+                                   ((48, 32), ((100, 100), (300, 300)), "brick", "float32")]:
+        for xshift in (0, {1: 3, 2: 6, 4: 4, 8: 8}[np.dtype(dtype).itemsize]):
+            base = random_bits((math.prod(shape),), dtype, g)
+            x = base.reshape(shape)
+            spec = P.normalize(shape, x.dtype, pw, mode, 7 if mode == "constant" else 0, 10 if mode == "brick" else 0)
+            got, p = harness_forward(exe, base, x, spec, xshift=xshift)
+            assert p.unroll > 0, "expected the wide-row path"
+            assert same_bits(got, numpy_pad(x, pw, mode, 7 if mode == "constant" else 0, 10 if mode == "brick" else 0))
+            cases += 1
+    assert cases > 500
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
+def test_gather_code_on_host_matches_adjoint():
+    """The backward's per-axis gather-sum (device code on the host) equals the adjoint of the index map."""
+    exe = harness()
+    g = rng()
+    for _ in range(300):
+        mode = str(g.choice(["edge", "reflect", "symmetric", "wrap", "brick"]))
+        n = int(g.integers(1, 7))
+        before, after = int(g.integers(0, 20)), int(g.integers(0, 20))
+        outk = n + before + after
+        A, C = int(g.integers(1, 4)), int(g.integers(1, 4))
+        brows, bp0, bth, stagger = 1, 0, 1, 0
+        if mode == "brick":
+            C = 1
+            bth = int(g.integers(1, 5))
+            bp0 = int(g.integers(0, 6))
+            brows = bth + bp0 + int(g.integers(0, 6))
+            A = brows * int(g.integers(1, 3))
+            stagger = int(g.integers(0, n))
+        grad = g.standard_normal((A, outk, C))
+        fkind = P.FOLD_KIND[mode]
+        fold = P.FOLD["wrap" if mode == "brick" else mode]
+        head = f"gather {fkind} {A} {outk} {n} {C} {before} {fold} {brows} {bp0} {bth} {stagger}\n"
+        out = subprocess.run([exe], input=head.encode() + grad.tobytes(), capture_output=True, check=True).stdout
+        got = np.frombuffer(out, dtype=np.float64).reshape(A, n, C)
+        ref = np.zeros((A, n, C))
+        for a in range(A):
+            if mode == "brick":
+                band = (a % brows - bp0) // bth
+                m = np.mod(np.arange(outk) - before - stagger * band, n)
+            else:
+                m = P.index_map(mode, n, before, after)
+            np.add.at(ref[a], m, grad[a])
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+# ---- GPU ------------------------------------------------------------------------------------------
+
+def poison_pool(nbytes):
+    """Leave a 0xA5-filled block in CuPy's pool so a fresh output of this size starts as garbage."""
+    import cupy
+
+    junk = cupy.full((max(nbytes, 1),), 0xA5, dtype=cupy.uint8)
+    del junk
+
+
+def to_device_view(base, x):
+    """The same view (strides, offset) of a device copy of `base`."""
+    import cupy
+
+    dbase = cupy.asarray(base)
+    offset = x.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    return cupy.ndarray(x.shape, dtype=x.dtype, memptr=dbase.data + offset, strides=x.strides), dbase
+
+
+@gpu
+def test_random_sweep_bit_identical_to_numpy_pad():
+    """>= 2000 random cases: every mode, every dtype, odd shapes, wide pads, strided views."""
+    import cupy
+
+    import cupy_kernels as ck
+
+    g = rng()
+    done = 0
+    for i in range(2400):
+        shape, pad_width, mode, cv, stagger = random_case(g, max_dims=4, max_side=70 if i % 5 == 0 else 9)
+        dtype = DTYPES[i % len(DTYPES)]
+        base, x = random_view(g, shape, dtype)
+        xd, keep = to_device_view(base, x)
+        ref = numpy_pad(np.ascontiguousarray(x), pad_width, mode, cv, stagger)
+        poison_pool(ref.nbytes)
+        got = ck.pad(xd, pad_width, mode=mode, constant_values=cv, stagger=stagger)
+        assert isinstance(got, cupy.ndarray) and got.dtype == x.dtype
+        assert same_bits(cupy.asnumpy(got), ref), (shape, x.strides, pad_width, mode, cv, stagger, dtype)
+        done += 1
+    assert done >= 2000
+
+
+@gpu
+@pytest.mark.parametrize("mode", MODES + ("brick",))
+@pytest.mark.parametrize("shape,pw", [((3, 127, 1000), ((0, 0), (64, 64), (64, 64))),
+                                      ((2, 61, 37, 3), ((0, 0), (130, 7), (5, 200), (0, 0))),
+                                      ((4097,), ((1, 3000),)),
+                                      ((1, 1), ((5, 6), (7, 8))),
+                                      ((48, 32), ((2048, 2048), (4096, 4096)))])
+def test_larger_shapes(mode, shape, pw):
+    import cupy
+
+    import cupy_kernels as ck
+
+    if mode == "brick" and len(shape) < 2:
+        pytest.skip("brick needs two axes")
+    g = rng()
+    for dtype in ("float32", "uint8", "float64"):
+        x = random_bits(shape, dtype, g)
+        stagger = 10 if mode == "brick" else 0
+        ref = numpy_pad(x, pw, mode, 3, stagger)
+        poison_pool(ref.nbytes)
+        got = ck.pad(cupy.asarray(x), pw, mode=mode, constant_values=3 if mode == "constant" else 0, stagger=stagger)
+        assert same_bits(cupy.asnumpy(got), ref)
+
+
+@gpu
+def test_many_padded_axes_split():
+    """More padded axes than the kernel takes in one launch: two separable launches, same bits."""
+    import cupy
+
+    import cupy_kernels as ck
+
+    g = rng()
+    for mode in MODES + ("brick",):
+        x = random_bits((2, 3, 2, 3, 2, 3, 2, 3, 4), "int16", g)
+        pw = [(int(g.integers(0, 4)), int(g.integers(1, 4))) for _ in range(x.ndim)]
+        cv = [(int(g.integers(0, 50)), int(g.integers(0, 50))) for _ in range(x.ndim)]
+        ref = numpy_pad(x, pw, mode, cv, 5)
+        got = ck.pad(cupy.asarray(x)[..., ::-1][..., ::-1], pw, mode=mode,
+                     constant_values=cv if mode == "constant" else 0, stagger=5 if mode == "brick" else 0)
+        assert same_bits(cupy.asnumpy(got), ref), mode
+
+
+@gpu
+def test_empty_and_zero_d():
+    import cupy
+
+    import cupy_kernels as ck
+
+    for shape, pw, mode in [((0, 3), 2, "constant"), ((0, 3), ((0, 0), (1, 1)), "reflect"), ((4, 0), 0, "edge"),
+                            ((), 3, "constant"), ((3,), 0, "wrap")]:
+        x = np.arange(math.prod(shape), dtype=np.float32).reshape(shape) + 1
+        ref = np.pad(x, pw, mode=mode)
+        got = ck.pad(cupy.asarray(x), pw, mode=mode)
+        assert got.shape == ref.shape and same_bits(cupy.asnumpy(got), ref)
+    with pytest.raises(ValueError, match="empty axis"):
+        ck.pad(cupy.zeros((0, 3)), 1, mode="reflect")
+    with pytest.raises(ValueError, match="pad_width"):
+        ck.pad(cupy.zeros((2, 3)), [(1, 1)] * 3)
+    with pytest.raises(ValueError, match="not supported"):
+        ck.pad(cupy.zeros((2, 3)), 1, mode="linear_ramp")
+    with pytest.raises(TypeError, match="x has dtype complex128"):
+        ck.pad(cupy.zeros((2, 3), dtype=cupy.complex128), 1)
+
+
+# ---- GPU + torch ------------------------------------------------------------------------------------
+
+def torch_case(g, shape, dtype):
+    import torch
+
+    from cupy_kernels._runtime import to_torch
+
+    import cupy
+
+    x = random_bits(shape, dtype, g)
+    return to_torch(cupy.asarray(x)).clone(), x
+
+
+@torch_gpu
+def test_torch_in_torch_out_all_dtypes():
+    import torch
+
+    import cupy_kernels as ck
+
+    g = rng()
+    for dtype in DTYPES:
+        if dtype in ("uint16", "uint32", "uint64"):
+            continue  # torch's support of these is partial
+        for mode in MODES + ("brick",):
+            t, x = torch_case(g, (3, 5, 7), dtype)
+            got = ck.pad(t, ((1, 2), (3, 9), (0, 4)), mode=mode, constant_values=1,
+                         stagger=2 if mode == "brick" else 0)
+            assert isinstance(got, torch.Tensor) and got.device == t.device and got.dtype == t.dtype
+            ref = numpy_pad(x, ((1, 2), (3, 9), (0, 4)), mode, 1, 2)
+            assert same_bits(torch_bits(got), ref), (dtype, mode)
+
+
+def torch_bits(t):
+    """A CUDA tensor as a host NumPy array of the same dtype (bool and bfloat16 through raw views)."""
+    import torch
+
+    t = t.detach().cpu()
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8).numpy().view(np.bool_)
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+@torch_gpu
+def test_torch_layouts():
+    """Channels-last and non-contiguous tensors are read through their strides."""
+    import torch
+
+    import cupy_kernels as ck
+
+    x = torch.randn(2, 3, 37, 29, device="cuda")
+    for t in (x.to(memory_format=torch.channels_last), x.transpose(2, 3), x[:, :, ::2, 1:]):
+        for mode in MODES:
+            got = ck.pad(t, ((0, 0), (0, 0), (5, 6), (7, 8)), mode=mode)
+            ref = np.pad(t.cpu().numpy(), ((0, 0), (0, 0), (5, 6), (7, 8)), mode=mode)
+            assert same_bits(got.cpu().numpy(), ref)
+
+
+def adjoint(spec, grad64):
+    """float64 gradient of pad: scatter-add of the output gradient through the index maps."""
+    shape = spec.shape
+    coords = np.meshgrid(*[np.arange(s) for s in spec.out_shape], indexing="ij")
+    if spec.mode == "brick":
+        maps = [P.index_map("wrap", n, b, a) for n, (b, a) in zip(shape, spec.pads)]
+        idx = [maps[d][coords[d]] for d in range(len(shape) - 2)]
+        th, tw = shape[-2:]
+        r = coords[-2] - spec.pads[-2][0]
+        idx += [np.mod(r, th), np.mod(coords[-1] - spec.pads[-1][0] - spec.stagger * np.floor_divide(r, th), tw)]
+    else:
+        maps = [P.index_map(spec.mode, n, b, a) for n, (b, a) in zip(shape, spec.pads)]
+        idx = [maps[d][coords[d]] for d in range(len(shape))]
+    out = np.zeros(shape)
+    keep = np.all([m >= 0 for m in idx], axis=0)
+    np.add.at(out, tuple(m[keep] for m in idx), grad64[keep])
+    return out
+
+
+@torch_gpu
+@pytest.mark.parametrize("mode", MODES + ("brick",))
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_torch_autograd(mode, dtype):
+    import torch
+
+    import cupy_kernels as ck
+
+    tol = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
+    for shape, pw in [((2, 3, 5, 4), ((0, 1), (0, 0), (7, 12), (3, 9))), ((17, 13), ((40, 3), (2, 50)))]:
+        x = torch.randn(*shape, device="cuda", dtype=torch.float64).to(getattr(torch, dtype)).requires_grad_()
+        stagger = 3 if mode == "brick" else 0
+        y = ck.pad(x, pw, mode=mode, constant_values=2.0, stagger=stagger)
+        gy = torch.randn_like(y, dtype=torch.float64).to(y.dtype)
+        (gx,) = torch.autograd.grad(y, x, gy)
+        (gx2,) = torch.autograd.grad(ck.pad(x, pw, mode=mode, constant_values=2.0, stagger=stagger), x, gy)
+        assert torch.equal(gx, gx2), "backward is not deterministic"
+        spec = P.normalize(shape, np.dtype("float64"), pw, mode, 2.0, stagger)
+        ref = adjoint(spec, gy.double().cpu().numpy())
+        err = np.linalg.norm(gx.double().cpu().numpy() - ref) / np.linalg.norm(ref)
+        assert err < tol, (mode, dtype, shape, err)
+
+
+@torch_gpu
+def test_torch_compile_and_fake():
+    import torch
+
+    import cupy_kernels as ck
+
+    x = torch.randn(2, 3, 8, 9, device="cuda")
+    f = torch.compile(lambda t: ck.pad(t, ((0, 0), (0, 0), (2, 3), (4, 5)), mode="reflect") * 2, backend="aot_eager")
+    ref = np.pad(x.cpu().numpy(), ((0, 0), (0, 0), (2, 3), (4, 5)), mode="reflect") * 2
+    np.testing.assert_array_equal(f(x).cpu().numpy(), ref)
