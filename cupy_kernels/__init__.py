@@ -6,13 +6,14 @@ disk by CuPy); `python -m cupy_kernels check` compiles all of them offline, with
 """
 from ._runtime import KernelCompileError
 from .ops.reduce import max, mean, min, sum, sum_ladder
+from .ops.pad import pad
 from .ops.softmax import log_softmax, log_softmax_backward, softmax, softmax_, softmax_backward
 from .ops.norm import (layer_norm, layer_norm_, layer_norm_backward, layer_norm_forward, rms_norm, rms_norm_,
                        rms_norm_backward, rms_norm_forward)
 from .ops.timex import timex, timex_backward
 
 __version__ = "0.1.0"
-__all__ = ["KernelCompileError", "sum", "mean", "max", "min", "sum_ladder",
+__all__ = ["KernelCompileError", "pad", "sum", "mean", "max", "min", "sum_ladder",
            "softmax", "log_softmax", "softmax_", "softmax_backward", "log_softmax_backward",
            "layer_norm", "rms_norm", "layer_norm_", "rms_norm_", "layer_norm_forward", "layer_norm_backward",
            "rms_norm_forward", "rms_norm_backward", "timex", "timex_backward"]

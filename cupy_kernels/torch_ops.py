@@ -339,3 +339,52 @@ _timex_op.register_autograd(_timex_grad, setup_context=_timex_setup)
 
 def timex(w, k, eps=0.0, variant="auto"):
     return _timex_op(w, k, float(eps), variant)
+
+
+# ---- pad ----------------------------------------------------------------------------------------
+
+from .ops import pad as _pad  # noqa: E402
+
+
+def _pad_spec(shape, pads, mode, bits, stagger):
+    pairs = [(pads[2 * i], pads[2 * i + 1]) for i in range(len(shape))]
+    return _pad.Spec(tuple(shape), pairs, mode, [b & 0xFFFFFFFFFFFFFFFF for b in bits], stagger)
+
+
+@torch.library.custom_op("cupy_kernels::pad", mutates_args=())
+def _pad_op(x: torch.Tensor, pads: list[int], mode: str, bits: list[int], stagger: int) -> torch.Tensor:
+    return _pad.pad_impl(x, _pad_spec(x.shape, pads, mode, bits, stagger))
+
+
+@_pad_op.register_fake
+def _(x, pads, mode, bits, stagger):
+    return x.new_empty(_pad_spec(x.shape, pads, mode, bits, stagger).out_shape)
+
+
+@torch.library.custom_op("cupy_kernels::pad_backward", mutates_args=())
+def _pad_backward_op(grad: torch.Tensor, shape: list[int], pads: list[int], mode: str, stagger: int) -> torch.Tensor:
+    return _pad.pad_backward_impl(grad, _pad_spec(shape, pads, mode, [], stagger))
+
+
+@_pad_backward_op.register_fake
+def _(grad, shape, pads, mode, stagger):
+    return grad.new_empty(tuple(shape))
+
+
+def _pad_setup(ctx, inputs, output):
+    x, pads, mode, _bits, stagger = inputs
+    ctx.pad_args = (list(x.shape), list(pads), mode, stagger)
+
+
+def _pad_grad(ctx, grad):
+    # A gather-sum per padded axis (no atomics): deterministic.
+    return _pad_backward_op(grad.contiguous(), *ctx.pad_args), None, None, None, None
+
+
+_pad_op.register_autograd(_pad_grad, setup_context=_pad_setup)
+
+
+def pad(x, spec):
+    """ops.pad.pad for a torch tensor: `spec` is the validated ops.pad.Spec."""
+    bits = [b - (1 << 64) if b >= 1 << 63 else b for b in spec.bits]  # int64 schema: raw bits as signed
+    return _pad_op(x, [v for pair in spec.pads for v in pair], spec.mode, bits, spec.stagger)
