@@ -11,12 +11,14 @@ from .ops.softmax import log_softmax, log_softmax_backward, softmax, softmax_, s
 from .ops.norm import (layer_norm, layer_norm_, layer_norm_backward, layer_norm_forward, rms_norm, rms_norm_,
                        rms_norm_backward, rms_norm_forward)
 from .ops.timex import timex, timex_backward
+from .ops.square_matmul import linear_, square_matmul_
 
 __version__ = "0.1.0"
 __all__ = ["KernelCompileError", "pad", "sum", "mean", "max", "min", "sum_ladder",
            "softmax", "log_softmax", "softmax_", "softmax_backward", "log_softmax_backward",
            "layer_norm", "rms_norm", "layer_norm_", "rms_norm_", "layer_norm_forward", "layer_norm_backward",
-           "rms_norm_forward", "rms_norm_backward", "timex", "timex_backward"]
+           "rms_norm_forward", "rms_norm_backward", "timex", "timex_backward",
+           "square_matmul_", "linear_"]
 
 
 def load_all_kernels() -> None:

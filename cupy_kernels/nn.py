@@ -89,3 +89,46 @@ class RMSNorm(_Norm):
             torch_ops.rms_norm_(x2, w, eps)
             return x
         return torch_ops.rms_norm(x2, w, eps).reshape(x.shape)
+
+
+class InplaceLinear(torch.nn.Module):
+    """Inference-only nn.Linear with a square weight that writes its result into its input
+    (`x <- x @ weight.T + bias`, cupy_kernels.linear_): no output buffer. Loads an nn.Linear's state dict
+    (`weight` (n, n), `bias` (n,)); `InplaceLinear.from_linear(linear)` wraps one without copying.
+    Parameters do not require grad; calling it with grad mode on and an input that requires grad
+    raises (the input it would need for a backward is overwritten). The input must be C-contiguous,
+    its last dimension `features`; forward returns the input tensor itself."""
+
+    def __init__(self, features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.in_features = self.out_features = int(features)
+        kw = {"device": device, "dtype": dtype}
+        self.weight = torch.nn.Parameter(torch.empty(self.in_features, self.in_features, **kw), requires_grad=False)
+        if bias:
+            self.bias = torch.nn.Parameter(torch.empty(self.in_features, **kw), requires_grad=False)
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:  # nn.Linear's initialisation
+        torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
+            torch.nn.init.uniform_(self.bias, -bound, bound)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear) -> "InplaceLinear":
+        if linear.in_features != linear.out_features:
+            raise ValueError(f"InplaceLinear: the weight must be square; got {linear.out_features} x "
+                             f"{linear.in_features}")
+        mod = cls(linear.in_features, linear.bias is not None, device="meta")
+        mod.weight = torch.nn.Parameter(linear.weight.detach(), requires_grad=False)
+        if linear.bias is not None:
+            mod.bias = torch.nn.Parameter(linear.bias.detach(), requires_grad=False)
+        return mod
+
+    def forward(self, x):
+        return torch_ops.linear_(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"features={self.in_features}, bias={self.bias is not None}, inplace=True"

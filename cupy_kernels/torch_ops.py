@@ -341,6 +341,43 @@ def timex(w, k, eps=0.0, variant="auto"):
     return _timex_op(w, k, float(eps), variant)
 
 
+# ---- square_matmul_ / linear_: in-place A <- A @ W (+ bias), inference only (ops/square_matmul.py) --
+from .ops import square_matmul as _sqmm  # noqa: E402
+
+
+@torch.library.custom_op("cupy_kernels::square_matmul_inplace", mutates_args=("a",))
+def _sqmm_inplace_op(a: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], transpose: bool) -> None:
+    _sqmm.square_matmul_impl(a, w, transpose, bias, op="square_matmul_" if bias is None else "linear_")
+
+
+@_sqmm_inplace_op.register_fake
+def _(a, w, bias, transpose):
+    return None
+
+
+def _sqmm_no_grad(op, names, tensors):
+    """In-place products are inference only: the backward would need the input that was overwritten."""
+    if not torch.is_grad_enabled():
+        return
+    for name, t in zip(names, tensors):
+        if t is not None and t.requires_grad:
+            raise RuntimeError(f"{op}: {name} requires grad; {op} overwrites its input and has no backward "
+                               f"(run it under torch.no_grad() / torch.inference_mode(), or use the "
+                               f"out-of-place product)")
+
+
+def square_matmul_(a, w, transpose=False):
+    _sqmm_no_grad("square_matmul_", ("a", "w"), (a, w))
+    _sqmm_inplace_op(a, w, None, bool(transpose))
+    return a
+
+
+def linear_(x, weight, bias=None):
+    _sqmm_no_grad("linear_", ("x", "weight", "bias"), (x, weight, bias))
+    _sqmm_inplace_op(x, weight, bias, True)
+    return x
+
+
 # ---- pad ----------------------------------------------------------------------------------------
 
 from .ops import pad as _pad  # noqa: E402

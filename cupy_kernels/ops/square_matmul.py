@@ -1,0 +1,194 @@
+"""Host side of cu_src/square_matmul.cu: in-place square matmul A <- A @ W (or A @ W.T), and in-place
+nn.Linear for a square weight (x <- x @ weight.T + bias), without an output buffer.
+
+Every output tile waits in registers until all column tiles of its 128-row block have read their
+inputs, then overwrites those rows (see the .cu file): the only extra device memory is a counter array
+of 4 * (1 + ceil(m / 128)) bytes."""
+from __future__ import annotations
+
+import numpy as np
+
+from .._runtime import CTYPES, Call, KernelSource, ceil_div, is_torch, resident_blocks, use_shared_memory
+
+SOURCE = KernelSource("square_matmul.cu")
+DTYPES = ("float32", "float16", "bfloat16")
+BM = BN = 128          # tile of the default kernels (sqmm::BM / BN)
+THREADS = 256
+MMA_SMEM = 4 * (BM * 32 + 32 * BN) * 2   # sqmm::MMA_SMEM: 4 stages of 128x32 + 32x128 half tiles
+SEED_MAX_N = 2048      # the seed kernel's 64-entry register buffer x 32 lanes
+VARIANTS = ("tiled", "seed")  # the ladder, fastest first; "tiled" is the default
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def _b(v: bool) -> str:
+    return "true" if v else "false"
+
+
+def tiled_name(dtype: str, trans: bool, aligned: bool) -> str:
+    if dtype == "float32":
+        return f"sqmm_simt<{_b(trans)}, {_b(aligned)}>"
+    return f"sqmm_mma<{CTYPES[dtype]}, {_b(trans)}, {_b(aligned)}>"
+
+
+def seed_name(dtype: str, trans: bool) -> str:
+    return f"sqmm_seed<{CTYPES[dtype]}, {_b(trans)}>"
+
+
+SOURCE.declare([tiled_name(t, tr, al) for t in DTYPES for tr in (False, True) for al in (True, False)]
+               + [seed_name(t, tr) for t in DTYPES for tr in (False, True)])
+
+
+def _dtype(x) -> str:
+    from .._runtime import dtype_name
+
+    return dtype_name(x)
+
+
+def _span(x):
+    """[first byte, last byte + 1) of a CuPy array's memory (any strides)."""
+    if x.size == 0:
+        return (x.data.ptr, x.data.ptr)
+    lo = hi = x.data.ptr
+    for s, st in zip(x.shape, x.strides):
+        if st > 0:
+            hi += (s - 1) * st
+        else:
+            lo += (s - 1) * st
+    return (lo, hi + x.itemsize)
+
+
+def _overlap(x, y) -> bool:
+    (a0, a1), (b0, b1) = _span(x), _span(y)
+    return a0 < b1 and b0 < a1 and a0 != a1 and b0 != b1
+
+
+def check_args(op, call, a, w, bias=None):
+    """Validate everything before anything is written. Returns (a2d, w, bias, transpose flip): a as
+    (m, n), w C-contiguous (an F-contiguous w is used through its transpose: flip = True)."""
+    ac = call.arg(a, "a" if op == "square_matmul_" else "x", dtypes=DTYPES)
+    wname = "w" if op == "square_matmul_" else "weight"
+    wc = call.arg(w, wname, dtypes=DTYPES, ndim=2)
+    aname = "a" if op == "square_matmul_" else "x"
+    dt = _dtype(ac)
+    if _dtype(w) != _dtype(a):
+        raise TypeError(f"{op}: {wname} has dtype {_dtype(w)}; expected {_dtype(a)} like {aname}")
+    if ac.ndim < 1:
+        raise ValueError(f"{op}: {aname} must have at least one dimension (..., n); got a 0-d array")
+    n = ac.shape[-1]
+    if wc.shape != (n, n):
+        raise ValueError(f"{op}: {wname} must be square with the size of {aname}'s last dimension, ({n}, {n}); "
+                         f"got shape {tuple(wc.shape)}")
+    if not ac.flags.c_contiguous:
+        raise ValueError(f"{op}: {aname} must be C-contiguous (it is written in place); got strides {ac.strides}")
+    if _overlap(ac, wc):
+        raise ValueError(f"{op}: {wname} overlaps {aname} in memory; the result would overwrite its own weights "
+                         f"(pass a separate copy)")
+    bc = None
+    if bias is not None:
+        bc = call.arg(bias, "bias", dtypes=(_dtype(a),), ndim=1)
+        if bc.shape != (n,):
+            raise ValueError(f"{op}: bias must have shape ({n},); got {tuple(bc.shape)}")
+        if _overlap(ac, bc):
+            raise ValueError(f"{op}: bias overlaps {aname} in memory (pass a separate copy)")
+    flip = False
+    if not wc.flags.c_contiguous:
+        if wc.flags.f_contiguous:
+            wc, flip = wc.T, True     # the transpose of a C-contiguous matrix: swap the transpose flag
+        else:
+            import cupy
+
+            wc = cupy.ascontiguousarray(wc)  # an n x n copy (strided views only)
+    if bc is not None and not bc.flags.c_contiguous:
+        import cupy
+
+        bc = cupy.ascontiguousarray(bc)
+    m = ac.size // n if n else 0
+    return ac.reshape(m, n), wc, bc, flip, dt
+
+
+def _aligned(dtype, n, *arrays) -> bool:
+    return n % (16 // ITEMSIZE[dtype]) == 0 and all(x.data.ptr % 16 == 0 for x in arrays)
+
+
+def square_matmul_impl(a, w, transpose=False, bias=None, variant="tiled", op="square_matmul_"):
+    """The kernels' path for either kind of input (no autograd): writes a @ w (a @ w.T with transpose)
+    + bias into a and returns a."""
+    if variant not in VARIANTS:
+        raise ValueError(f"{op}: variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
+    with Call(op, a, "a" if op == "square_matmul_" else "x") as call:
+        a2, wc, bc, flip, dtype = check_args(op, call, a, w, bias)
+        trans = bool(transpose) != flip
+        m, n = a2.shape
+        if m == 0:
+            return a
+        if variant == "seed":
+            if bc is not None:
+                raise ValueError(f"{op}: the seed variant takes no bias")
+            if n > SEED_MAX_N:
+                raise ValueError(f"{op}: the seed variant handles n <= {SEED_MAX_N} (its 64-entry register "
+                                 f"buffer per lane); got n = {n}")
+            SOURCE.kernel(seed_name(dtype, trans))((ceil_div(m, 4),), (128,), (a2, wc, np.int64(m), np.int32(n)))
+            return a
+        _launch_tiled(call, a2, wc, bc, trans, dtype, op)
+        return a
+
+
+def plan(dtype, m, n, resident):
+    """(tiles_n, row blocks, total tiles, grid) of the tiled kernels for a wave of `resident` blocks."""
+    tiles_n, rbs = ceil_div(n, BN), ceil_div(m, BM)
+    total = tiles_n * rbs
+    return tiles_n, rbs, total, min(resident, total)
+
+
+def max_n(resident: int) -> int:
+    """Largest n the tiled kernels take on a device holding `resident` blocks at once: every column
+    tile of a row block must be resident together (they wait for each other before writing)."""
+    return resident * BN
+
+
+def _launch_tiled(call, a2, wc, bc, trans, dtype, op):
+    m, n = a2.shape
+    if n >= 2 ** 31:
+        raise ValueError(f"{op}: n = {n} is too large (int32 column index)")
+    aligned = _aligned(dtype, n, a2, wc, *(() if bc is None else (bc,)))
+    kernel = SOURCE.kernel(tiled_name(dtype, trans, aligned))
+    smem = 0 if dtype == "float32" else MMA_SMEM
+    if smem:
+        use_shared_memory(kernel, smem, f"{op} ({dtype})")
+    resident = resident_blocks(kernel, THREADS, smem)
+    tiles_n, rbs, total, grid = plan(dtype, m, n, resident)
+    if tiles_n > resident:
+        raise ValueError(f"{op}: n = {n} needs {tiles_n} column tiles of {BN} resident at once, but this device "
+                         f"holds {resident} blocks of this kernel (n <= {max_n(resident)} here)")
+    if total + grid >= 2 ** 32:
+        raise ValueError(f"{op}: {m} x {n} has too many tiles for the 32-bit tile counter; split the rows")
+    ctrl = call.empty((1 + rbs,), "int32")
+    ctrl.fill(0)
+    kernel((grid,), (THREADS,),
+           (a2, wc, bc if bc is not None else wc, np.int32(bc is not None), np.int64(m), np.int32(n), ctrl,
+            np.uint32(tiles_n), np.uint32(total)), shared_mem=smem)
+
+
+# ---- public API: torch tensors go through the custom op ------------------------------------------
+
+
+def square_matmul_(a, w, transpose=False):
+    """a <- a @ w (a @ w.T with transpose=True), in place; returns a. `a` of shape (..., n), C-contiguous;
+    `w` of shape (n, n), the same dtype (float32, float16, bfloat16; float32 is exact FP32, half types
+    accumulate in float32 on the tensor cores). Torch tensors: inference only (a tensor that requires
+    grad raises while grad mode is on)."""
+    if is_torch(a):
+        from .. import torch_ops
+
+        return torch_ops.square_matmul_(a, w, transpose)
+    return square_matmul_impl(a, w, transpose)
+
+
+def linear_(x, weight, bias=None):
+    """In-place nn.Linear for a square weight: x <- x @ weight.T + bias (weight (n, n), bias (n,) or None);
+    returns x."""
+    if is_torch(x):
+        from .. import torch_ops
+
+        return torch_ops.linear_(x, weight, bias)
+    return square_matmul_impl(x, weight, True, bias, op="linear_")

@@ -1,0 +1,301 @@
+"""square_matmul_ / linear_ / InplaceLinear: in-place A <- A @ W (+ bias) against float64 products on
+the device, over the issue's grid of n and m, both W layouts, the unaligned paths, the seed rung, peak
+memory, and the error cases (most of which run on the CPU)."""
+import numpy as np
+import pytest
+
+import cupy_kernels as ck
+from conftest import FLOATS, TOL, gpu, rng, torch, torch_gpu
+from cupy_kernels.ops import square_matmul as sq
+
+NS = (1, 7, 64, 1000, 1024, 2048, 4096, 8192)
+MS = (1, 33, 4096, 65536)
+
+
+# ---- helpers (device side: the big cases are too large for host references) ---------------------
+
+
+def _gen():
+    g = torch.Generator(device="cuda")
+    g.manual_seed(int(rng().integers(2 ** 62)))
+    return g
+
+
+def randn(shape, dtype, scale=1.0):
+    """Fresh normal values (never zeros) on the device, rounded to dtype."""
+    return (torch.randn(*shape, device="cuda", generator=_gen(), dtype=torch.float32) * scale).to(getattr(torch, dtype))
+
+
+def rel(got, ref):
+    got = got.double()
+    if torch.isnan(got).any():
+        return float("inf")
+    return float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref).clamp_min(1e-300))
+
+
+def reference(a, w, transpose, bias=None):
+    w64 = w.double()
+    out = a.double().reshape(-1, a.shape[-1]) @ (w64.T if transpose else w64)
+    if bias is not None:
+        out = out + bias.double()
+    return out.reshape(a.shape)
+
+
+def check_product(m, n, dtype, transpose, via="torch", lead=None):
+    shape = (m, n) if lead is None else (*lead, n)
+    a = randn(shape, dtype)
+    w = randn((n, n), dtype, 1 / n ** 0.5)
+    ref = reference(a, w, transpose)
+    ptr = a.data_ptr()
+    if via == "torch":
+        with torch.no_grad():
+            out = ck.square_matmul_(a, w, transpose=transpose)
+        assert out is a
+    else:
+        from cupy_kernels._runtime import to_cupy
+
+        ac = to_cupy(a)
+        assert ck.square_matmul_(ac, to_cupy(w), transpose=transpose) is ac
+    assert a.data_ptr() == ptr
+    err = rel(a, ref)
+    assert err <= TOL[dtype], f"m={m} n={n} {dtype} transpose={transpose}: rel err {err:.2e}"
+    return err
+
+
+# ---- the issue's grid ---------------------------------------------------------------------------
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", NS)
+@pytest.mark.parametrize("m", MS)
+def test_grid(m, n, dtype):
+    check_product(m, n, dtype, False)
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", NS)
+@pytest.mark.parametrize("m", (33, 4096))
+def test_grid_transposed(m, n, dtype):
+    check_product(m, n, dtype, True)
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", (3, 127, 129, 1000, 4097))
+def test_odd_sizes_and_cupy_path(n, dtype):
+    for transpose in (False, True):
+        check_product(1000, n, dtype, transpose, via="cupy")
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_leading_dims_and_empty(dtype):
+    check_product(None, 96, dtype, False, lead=(2, 3, 17))
+    a = randn((0, 64), dtype)
+    assert ck.square_matmul_(a, randn((64, 64), dtype)) is a
+    a = randn((5, 0), dtype)
+    assert ck.square_matmul_(a, randn((0, 0), dtype)) is a
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", (1024, 1000))
+def test_unaligned_base_pointer(dtype, n):
+    """A view starting one element into its storage: not 16-byte aligned, so the scalar-load kernels."""
+    m = 300
+    for transpose in (False, True):
+        buf = randn((m * n + 1,), dtype)
+        a = buf[1:].view(m, n)
+        wbuf = randn((n * n + 1,), dtype, 1 / n ** 0.5)
+        w = wbuf[1:].view(n, n)
+        ref = reference(a, w, transpose)
+        head = buf[0].clone()
+        with torch.no_grad():
+            ck.square_matmul_(a, w, transpose=transpose)
+        assert rel(a, ref) <= TOL[dtype]
+        assert buf[0] == head  # the element before the view is untouched
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_transposed_view_of_w(dtype):
+    """w given as an F-contiguous view (w.T of a C-contiguous matrix) is used without a copy."""
+    n, m = 1000, 513
+    base = randn((n, n), dtype, 1 / n ** 0.5)
+    for transpose in (False, True):
+        a = randn((m, n), dtype)
+        ref = reference(a, base.T, transpose)
+        ck.square_matmul_(a, base.T, transpose=transpose)
+        assert rel(a, ref) <= TOL[dtype]
+    # a strided (neither C nor F) w is copied and still correct
+    big = randn((2 * n, n), dtype, 1 / n ** 0.5)
+    a = randn((m, n), dtype)
+    ref = reference(a, big[::2], False)
+    ck.square_matmul_(a, big[::2])
+    assert rel(a, ref) <= TOL[dtype]
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", (7, 1000, 2048))
+def test_seed_rung(dtype, n):
+    from cupy_kernels._runtime import to_cupy
+
+    for transpose in (False, True):
+        a = randn((257, n), dtype)
+        w = randn((n, n), dtype, 1 / n ** 0.5)
+        ref = reference(a, w, transpose)
+        sq.square_matmul_impl(to_cupy(a), to_cupy(w), transpose, variant="seed")
+        assert rel(a, ref) <= TOL[dtype]
+
+
+@torch_gpu
+def test_seed_rung_refuses_large_n():
+    a, w = randn((4, 2056), "float32"), randn((2056, 2056), "float32")
+    before = a.clone()
+    with pytest.raises(ValueError, match="n <= 2048"):
+        sq.square_matmul_impl(a, w, variant="seed")
+    assert torch.equal(a, before)
+
+
+# ---- linear_ and the module ---------------------------------------------------------------------
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("n", (7, 1024, 1000))
+def test_linear_(dtype, n):
+    x = randn((3, 333, n), dtype)
+    weight, bias = randn((n, n), dtype, 1 / n ** 0.5), randn((n,), dtype)
+    ref = reference(x, weight, True, bias)
+    with torch.no_grad():
+        assert ck.linear_(x, weight, bias) is x
+    assert rel(x, ref) <= TOL[dtype]
+    x = randn((333, n), dtype)
+    ref = reference(x, weight, True)
+    ck.linear_(x, weight)
+    assert rel(x, ref) <= TOL[dtype]
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_inplace_linear_module(dtype):
+    from cupy_kernels.nn import InplaceLinear
+
+    n = 512
+    lin = torch.nn.Linear(n, n, device="cuda", dtype=getattr(torch, dtype))
+    mod = InplaceLinear(n, device="cuda", dtype=getattr(torch, dtype))
+    mod.load_state_dict(lin.state_dict())
+    x = randn((4, 100, n), dtype)
+    ref = reference(x, lin.weight, True, lin.bias)
+    with torch.no_grad():
+        out = mod(x)
+    assert out is x and rel(x, ref) <= TOL[dtype]
+    x = randn((100, n), dtype)
+    ref = reference(x, lin.weight, True, lin.bias)
+    out = InplaceLinear.from_linear(lin)(x)  # parameters need no grad: fine with grad mode on
+    assert rel(out, ref) <= TOL[dtype]
+
+
+# ---- memory: the whole point --------------------------------------------------------------------
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_peak_memory_within_one_percent_of_a(dtype):
+    m, n = 65536, 1024
+    a, w = randn((m, n), dtype), randn((n, n), dtype, 1 / n ** 0.5)
+    ck.square_matmul_(a, w)  # compile and load outside the measurement
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        ck.square_matmul_(a, w)
+        ck.linear_(a, w, w[0])
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base
+    assert extra <= 0.01 * a.nbytes, f"{extra} bytes beyond a and w (a is {a.nbytes})"
+
+
+# ---- errors (a left untouched) ------------------------------------------------------------------
+
+
+@torch_gpu
+def test_errors_on_device():
+    a, w = randn((64, 32), "float32"), randn((32, 32), "float32")
+    before = a.clone()
+    with pytest.raises(TypeError, match="w has dtype float16"):
+        ck.square_matmul_(a, w.half())
+    with pytest.raises(ValueError, match=r"w must be square"):
+        ck.square_matmul_(a, randn((32, 31), "float32"))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ck.square_matmul_(randn((32, 64), "float32").T, w)
+    with pytest.raises(ValueError, match="overlaps"):
+        ck.square_matmul_(a, a[:32])  # w is a view of a's first rows
+    with pytest.raises(ValueError, match="overlaps"):
+        ck.linear_(a, w, a[0])
+    with pytest.raises(TypeError, match="float64"):
+        ck.square_matmul_(a.double(), w.double())
+    with pytest.raises(RuntimeError, match="requires grad"):
+        ck.square_matmul_(a.clone().requires_grad_(), w)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        ck.linear_(a, w.clone().requires_grad_())
+    assert torch.equal(a, before)
+    with torch.no_grad():  # inference with parameters that require grad is fine
+        ck.linear_(a, w.clone().requires_grad_())
+    assert not torch.equal(a, before)
+
+
+@gpu
+def test_cupy_errors():
+    import cupy
+
+    a = cupy.ones((8, 4), dtype=cupy.float32)
+    with pytest.raises(TypeError, match="w must be a cupy.ndarray"):
+        ck.square_matmul_(a, np.ones((4, 4), np.float32))
+    with pytest.raises(ValueError, match="w must have 2 dimensions"):
+        ck.square_matmul_(a, cupy.ones(4, dtype=cupy.float32))
+
+
+def test_host_inputs_rejected():
+    with pytest.raises(TypeError, match="a must be a cupy.ndarray or a CUDA torch.Tensor"):
+        ck.square_matmul_(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32))
+    with pytest.raises(TypeError, match="x must be a cupy.ndarray"):
+        ck.linear_([1.0], np.ones((1, 1)))
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch")
+def test_torch_cpu_and_grad_rules():
+    a, w = torch.ones(4, 4), torch.eye(4)
+    with pytest.raises(TypeError, match="a must be a CUDA tensor"):
+        ck.square_matmul_(a, w)
+    with pytest.raises(RuntimeError, match="a requires grad"):
+        ck.square_matmul_(a.clone().requires_grad_(), w)
+    with pytest.raises(RuntimeError, match="bias requires grad"):
+        ck.linear_(a, w, torch.zeros(4, requires_grad=True))
+    assert torch.equal(a, torch.ones(4, 4))
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch")
+def test_inplace_linear_state_dict_cpu():
+    from cupy_kernels.nn import InplaceLinear
+
+    lin = torch.nn.Linear(16, 16)
+    mod = InplaceLinear(16)
+    mod.load_state_dict(lin.state_dict())
+    assert torch.equal(mod.weight, lin.weight) and torch.equal(mod.bias, lin.bias)
+    assert not mod.weight.requires_grad
+    nob = InplaceLinear(16, bias=False)
+    nob.load_state_dict(torch.nn.Linear(16, 16, bias=False).state_dict())
+    with pytest.raises(ValueError, match="square"):
+        InplaceLinear.from_linear(torch.nn.Linear(16, 8))
+
+
+def test_plan_and_limits():
+    tiles_n, rbs, total, grid = sq.plan("float16", 65536, 4096, 264)
+    assert (tiles_n, rbs, total, grid) == (32, 512, 16384, 264)
+    assert sq.plan("float32", 1, 1, 264) == (1, 1, 1, 1)
+    assert sq.max_n(264) == 264 * 128 >= 8192
+    assert sq.MMA_SMEM == 65536
