@@ -219,33 +219,25 @@ PAD_HD int pad_chunk_col(long long E, int seg, int tile_chunks, int j) {
   return -(int)(E & (V - 1)) + (seg * tile_chunks + j) * V;
 }
 
-// Narrow rows (fewer than 32 chunks): one 16-byte chunk of the flat output per thread, rows decoded
-// per element as they change.
+// Narrow rows (fewer than 32 chunks): the flat output in 16-byte chunks, one per thread per step,
+// element by element (scalar stores), rows decoded as they change.
 template <int MODE, typename T>
 PAD_HD void pad_flat_chunk(const PadParams& p, const T* x, T* y, long long g, long long& cur_row, PadRow& r) {
   constexpr int V = 16 / sizeof(T);
   const long long total = p.rows * p.wtot, G = g * V;
   long long row = G / p.wtot;
   int c = (int)(G - row * p.wtot);
-  PadPack<T> v;
-#pragma unroll
-  for (int e = 0; e < V; ++e) {
-    if (G + e < total) {
-      if (row != cur_row) {
-        r = pad_decode_row<MODE>(p, row);
-        cur_row = row;
-      }
-      v.v[e] = pad_value<MODE, T>(p, r, x, c);
+#pragma unroll 1
+  for (int e = 0; e < V && G + e < total; ++e) {
+    if (row != cur_row) {
+      r = pad_decode_row<MODE>(p, row);
+      cur_row = row;
     }
+    y[G + e] = pad_value<MODE, T>(p, r, x, c);
     if (++c == p.wtot) {
       c = 0;
       ++row;
     }
-  }
-  if (G + V <= total) {
-    *reinterpret_cast<PadPack<T>*>(y + G) = v;
-  } else {
-    for (int e = 0; e < V && G + e < total; ++e) y[G + e] = v.v[e];
   }
 }
 
@@ -364,11 +356,18 @@ __global__ void __launch_bounds__(256) pad_gather(const Tin* __restrict__ g, Tou
                                                   long long stagger) {
   typedef typename AccOf<Tin>::type Acc;
   const long long total = A * n * C;
+  if (total < 0x7fffffffLL) {  // 32-bit index arithmetic (64-bit division is a long subroutine)
+    const unsigned C32 = (unsigned)C, n32 = (unsigned)n;
+    for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < (unsigned)total; idx += gridDim.x * blockDim.x) {
+      const unsigned c = idx % C32, ai = idx / C32, i = ai % n32, a = ai / n32;
+      r[idx] = cast<Tout>(pad_gather_one<FMODE, Tin, Acc>(g, a, i, c, outk, n, C, before, fold, brows, bp0, bth, stagger));
+    }
+    return;
+  }
   for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (long long)gridDim.x * blockDim.x) {
     const long long c = idx % C, ai = idx / C, i = ai % n, a = ai / n;
-    const Acc v = pad_gather_one<FMODE, Tin, Acc>(g, a, i, c, outk, n, C, before, fold, brows, bp0, bth, stagger);
-    r[idx] = cast<Tout>(v);
+    r[idx] = cast<Tout>(pad_gather_one<FMODE, Tin, Acc>(g, a, i, c, outk, n, C, before, fold, brows, bp0, bth, stagger));
   }
 }
 #endif

@@ -238,7 +238,7 @@ def _choose_tiling(cpr, max_unroll=4):
             tile = threads * unroll
             tpr = ceil_div(cpr, tile)
             util = cpr / (tpr * tile)
-            key = (round(util, 2), unroll, threads)
+            key = (math.floor(util * 25), unroll, threads)  # within 4% of utilisation: more chunks a thread
             if best is None or key > best[0]:
                 best = (key, threads, unroll, tpr)
     return best[1:]
@@ -324,18 +324,19 @@ def pad(x, pad_width, mode="constant", constant_values=0, stagger=0):
     return pad_impl(x, spec)
 
 
-def pad_impl(x, spec: Spec):
-    """The kernels' path for either kind of input (no autograd)."""
+def pad_impl(x, spec: Spec, rung: str = "tiled"):
+    """The kernels' path for either kind of input (no autograd). rung "flat" forces the per-element
+    path on every row (the ladder's first step, for the benchmark)."""
     with Call("pad", x) as call:
         xc = call.arg(x, "x", dtypes=DTYPES)
         if tuple(xc.shape) != spec.shape:
             raise ValueError(f"pad: x has shape {tuple(xc.shape)}; the spec was made for {spec.shape}")
         y = call.empty(spec.out_shape, dtype_name(x))
-        _pad_into(xc, y, spec)
+        _pad_into(xc, y, spec, rung)
         return call.result(y)
 
 
-def _pad_into(xc, y, spec: Spec):
+def _pad_into(xc, y, spec: Spec, rung="tiled"):
     import cupy
 
     if y.size == 0:
@@ -369,11 +370,13 @@ def _pad_into(xc, y, spec: Spec):
             first = Spec(spec.shape, spec.pads[:cut] + keep[cut:], "wrap" if spec.mode == "brick" else spec.mode,
                          spec.bits[: 2 * cut] + [0] * (2 * (xr.ndim - cut)) if spec.bits else [])
             mid = cupy.empty(first.out_shape, dtype=raw)
-            _pad_into(xr, mid, first)
+            _pad_into(xr, mid, first, rung)
             second = Spec(first.out_shape, keep[:cut] + spec.pads[cut:], spec.mode,
                           [0] * (2 * cut) + spec.bits[2 * cut:] if spec.bits else [], spec.stagger)
-            _pad_into(mid, yr, second)
+            _pad_into(mid, yr, second, rung)
             return
+    if rung == "flat":
+        p.unroll = p.tpr = 0
     _launch(xr, yr, p)
 
 
