@@ -67,12 +67,18 @@ def run(ops=None, quick=False, out_dir="benchmarks", progress=True) -> dict:
                         row["ours_speedup"] = ms / ours  # > 1: ours is faster than this impl
                 rows.append(row)
             cupy.get_default_memory_pool().free_all_blocks()
-    result = dict(device=props.name, date=datetime.datetime.now().isoformat(timespec="seconds"),
-                  commit=_commit(), copy_TBps=copy_bw / 1e12, cupy=cupy.__version__, rows=rows)
+        if out_dir:  # after each suite, so a run cut short keeps what it measured
+            write(_result(props, copy_bw, [r for r in rows if r["suite"] == name]), Path(out_dir))
+    result = _result(props, copy_bw, rows)
     print(markdown(result))
-    if out_dir:
-        write(result, Path(out_dir))
     return result
+
+
+def _result(props, copy_bw, rows) -> dict:
+    import cupy
+
+    return dict(device=props.name, date=datetime.datetime.now().isoformat(timespec="seconds"), commit=_commit(),
+                copy_TBps=copy_bw / 1e12, cupy=cupy.__version__, rows=rows)
 
 
 def _slug(name: str) -> str:
