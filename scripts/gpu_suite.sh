@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On the GPU machine: the whole test suite, then benchmarks. Usage: scripts/gpu_suite.sh [suite ...]
-# Logs and benchmark files go to $OUT (default ./gpu_out).
+# Logs and benchmark files go to $OUT (default ./gpu_out); TEST_TIMEOUT / BENCH_TIMEOUT in seconds.
 set -u
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -m cupy_kernels info 2>&1 | tail -4
-python3 -m pytest -q -ra -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|FAILED|ERROR|Error" | tail -40
+timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -q -ra -p no:cacheprovider tests > "$OUT/pytest.log" 2>&1
+echo "pytest exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -30
 ops=(); for s in "$@"; do ops+=(--op "$s"); done
-python3 -m cupy_kernels bench "${ops[@]}" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
+timeout "${BENCH_TIMEOUT:-280}" python3 -m cupy_kernels bench "${ops[@]}" --out "$OUT" > "$OUT/bench.log" 2>&1
+echo "bench exit $?"; grep -vE "^\s*$" "$OUT/bench.log" | grep -E "copy|warning|Error" | head -20
