@@ -60,8 +60,25 @@ PAD_HD long long pad_pmod(long long a, long long m) {  // m > 0; result in [0, m
 }
 
 PAD_HD long long pad_floordiv(long long a, long long m) {  // m > 0
+  if (a > -0x40000000LL && a < 0x40000000LL && m < 0x40000000LL) {
+    const int q = (int)a / (int)m;
+    return ((int)a - q * (int)m != 0 && a < 0) ? q - 1 : q;
+  }
   const long long q = a / m;
   return (a % m != 0 && a < 0) ? q - 1 : q;
+}
+
+// q = a / b, r = a % b for a >= 0, b > 0: 32-bit when both fit (64-bit division is a long
+// subroutine on the GPU, and the row decode sits on each tile's critical path).
+PAD_HD void pad_divmod(long long a, long long b, long long& q, long long& r) {
+  if (((unsigned long long)a | (unsigned long long)b) < 0x80000000ULL) {
+    const unsigned q32 = (unsigned)a / (unsigned)b;
+    q = q32;
+    r = a - (long long)q32 * b;
+  } else {
+    q = a / b;
+    r = a - q * b;
+  }
 }
 
 PAD_HD long long pad_period(long long n, int fold) {
@@ -84,9 +101,8 @@ PAD_HD PadRow pad_decode_row(const PadParams& p, long long row) {
 #pragma unroll
   for (int d = PAD_MAXD - 1; d >= 0; --d) {
     if (d >= p.nd) continue;
-    const long long ext = p.out[d];
-    const long long o = rem % ext;
-    rem /= ext;
+    long long o;
+    pad_divmod(rem, p.out[d], rem, o);
     const long long k = o - p.before[d], n = p.n[d];
     if (MODE == PAD_CONSTANT) {
       if (k < 0 || k >= n) {
@@ -246,6 +262,10 @@ PAD_HD void pad_flat_chunk(const PadParams& p, const T* x, T* y, long long g, lo
 // index is i, in increasing o per residue class (a fixed order: deterministic).
 enum { FOLD_EDGE_AXIS = 0, FOLD_PERIODIC_AXIS = 1, FOLD_BRICK_AXIS = 2 };
 
+PAD_HD long long pad_first(long long v, long long P) {  // the smallest o >= 0 with o = v (mod P)
+  return (v >= 0 && v < P) ? v : pad_pmod(v, P);
+}
+
 template <int FMODE, typename Tin, typename A>
 PAD_HD A pad_gather_one(const Tin* g, long long a, long long i, long long c, long long outk, long long n,
                         long long C, long long before, int fold, long long brows, long long bp0,
@@ -263,11 +283,11 @@ PAD_HD A pad_gather_one(const Tin* g, long long a, long long i, long long c, lon
     fold = FOLD_WRAP;
   }
   const long long P = pad_period(n, fold);
-  for (long long o = pad_pmod(origin + i, P); o < outk; o += P) acc += pad_cast<A>(base[o * C]);
+  for (long long o = pad_first(origin + i, P); o < outk; o += P) acc += pad_cast<A>(base[o * C]);
   if (fold != FOLD_WRAP) {
-    const long long i2 = pad_pmod(fold == FOLD_REFLECT ? P - i : P - 1 - i, P);
+    const long long i2 = pad_first(fold == FOLD_REFLECT ? P - i : P - 1 - i, P);
     if (i2 != i)
-      for (long long o = pad_pmod(origin + i2, P); o < outk; o += P) acc += pad_cast<A>(base[o * C]);
+      for (long long o = pad_first(origin + i2, P); o < outk; o += P) acc += pad_cast<A>(base[o * C]);
   }
   return acc;
 }
@@ -313,22 +333,16 @@ __global__ void __launch_bounds__(256, sizeof(T) >= 4 ? 4 : 3) pad_forward(
   __shared__ long long info_row[2], info_seg[2];
   long long t = blockIdx.x;
   if (tid == 0 && t < tiles) {
-    const long long row = t / tpr;
+    long long row, seg;
+    pad_divmod(t, tpr, row, seg);
     info_row[0] = row;
-    info_seg[0] = t - row * tpr;
+    info_seg[0] = seg;
     info[0] = pad_decode_row<MODE>(p, row);
   }
   __syncthreads();
   for (int buf = 0; t < tiles; t += gridDim.x, buf ^= 1) {
     const PadRow r = info[buf];
     const long long row = info_row[buf], seg = info_seg[buf];
-    const long long nt = t + gridDim.x;
-    if (tid == 0 && nt < tiles) {
-      const long long nrow = nt / tpr;
-      info_row[buf ^ 1] = nrow;
-      info_seg[buf ^ 1] = nt - nrow * tpr;
-      info[buf ^ 1] = pad_decode_row<MODE>(p, nrow);
-    }
     const long long E = row * wtot;
     const int w32 = (int)wtot;
     constexpr int UMAX = sizeof(T) < 4 ? (int)sizeof(T) : PAD_UNROLL;  // chunks of 8 or 16 elements: fewer
@@ -339,6 +353,14 @@ __global__ void __launch_bounds__(256, sizeof(T) >= 4 ? 4 : 3) pad_forward(
       col[u] = pad_chunk_col<T>(E, (int)seg, tile_chunks, u * (int)blockDim.x + tid);
       if (u < unroll && col[u] < w32) pad_load_chunk<MODE, T>(p, r, x, col[u], v[u]);
     }
+    const long long nt = t + gridDim.x;  // decoded while this thread's loads are in flight
+    if (tid == 0 && nt < tiles) {
+      long long nrow, nseg;
+      pad_divmod(nt, tpr, nrow, nseg);
+      info_row[buf ^ 1] = nrow;
+      info_seg[buf ^ 1] = nseg;
+      info[buf ^ 1] = pad_decode_row<MODE>(p, nrow);
+    }
 #pragma unroll
     for (int u = 0; u < UMAX; ++u)
       if (u < unroll && col[u] < w32) pad_store_chunk<T>(y, E, col[u], w32, v[u]);
@@ -346,28 +368,25 @@ __global__ void __launch_bounds__(256, sizeof(T) >= 4 ? 4 : 3) pad_forward(
   }
 }
 
-// Backward of one axis: r (A, n, C) <- gather-sum of g (A, outk, C), both C-contiguous. Launch: 1-D
-// grid of 256-thread blocks, grid-stride over A * n * C results (64-bit); consecutive threads take
-// consecutive c (coalesced), or consecutive i when C == 1. Accumulates in float (double for double).
+// Backward of one axis: r (A, n, C) <- gather-sum of g (A, outk, C), both C-contiguous. The result
+// is walked as rows x columns: C > 1: rows (a, i), columns c (the residues of i are row-uniform);
+// C == 1: rows a, columns i. Launch: grid (ceil(cols / 256) capped, <= 65535 rows), block 256; both
+// dimensions grid-stride (64-bit). Accumulates in float (double for double), in a fixed order.
 template <int FMODE, typename Tin, typename Tout>
 __global__ void __launch_bounds__(256) pad_gather(const Tin* __restrict__ g, Tout* __restrict__ r, long long A,
                                                   long long outk, long long n, long long C, long long before,
                                                   int fold, long long brows, long long bp0, long long bth,
                                                   long long stagger) {
   typedef typename AccOf<Tin>::type Acc;
-  const long long total = A * n * C;
-  if (total < 0x7fffffffLL) {  // 32-bit index arithmetic (64-bit division is a long subroutine)
-    const unsigned C32 = (unsigned)C, n32 = (unsigned)n;
-    for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < (unsigned)total; idx += gridDim.x * blockDim.x) {
-      const unsigned c = idx % C32, ai = idx / C32, i = ai % n32, a = ai / n32;
-      r[idx] = cast<Tout>(pad_gather_one<FMODE, Tin, Acc>(g, a, i, c, outk, n, C, before, fold, brows, bp0, bth, stagger));
+  const bool by_i = C == 1;
+  const long long R = by_i ? A : A * n, Q = by_i ? n : C;
+  for (long long row = blockIdx.y; row < R; row += gridDim.y) {
+    const long long a = by_i ? row : row / n, ir = by_i ? 0 : row - a * n;
+    for (long long col = (long long)blockIdx.x * blockDim.x + threadIdx.x; col < Q; col += (long long)gridDim.x * blockDim.x) {
+      const Acc v = pad_gather_one<FMODE, Tin, Acc>(g, a, by_i ? col : ir, by_i ? 0 : col, outk, n, C, before, fold,
+                                                    brows, bp0, bth, stagger);
+      r[row * Q + col] = cast<Tout>(v);
     }
-    return;
-  }
-  for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-       idx += (long long)gridDim.x * blockDim.x) {
-    const long long c = idx % C, ai = idx / C, i = ai % n, a = ai / n;
-    r[idx] = cast<Tout>(pad_gather_one<FMODE, Tin, Acc>(g, a, i, c, outk, n, C, before, fold, brows, bp0, bth, stagger));
   }
 }
 #endif

@@ -416,6 +416,23 @@ def test_larger_shapes(mode, shape, pw):
 
 
 @gpu
+def test_repeated_calls_fresh_data():
+    """Validated arguments and launch plans are cached per call signature: the data still is fresh."""
+    import cupy
+
+    import cupy_kernels as ck
+
+    g = rng()
+    pw = [[3, 4], [5, 0]]
+    for _ in range(3):
+        x = random_bits((37, 300), "float32", g)
+        for mode in MODES:
+            ref = np.pad(x, pw, mode=mode)
+            assert same_bits(cupy.asnumpy(ck.pad(cupy.asarray(x), pw, mode=mode)), ref)
+        pw[1][1] += 2  # the same list object, new values: a new key
+
+
+@gpu
 def test_many_padded_axes_split():
     """More padded axes than the kernel takes in one launch: two separable launches, same bits."""
     import cupy

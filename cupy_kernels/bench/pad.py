@@ -42,6 +42,29 @@ def brick_torch_gather(tile, out_shape, p0, p1, stagger):
     return tile[(r - band * th)[:, None], cols]
 
 
+def graphed(fn):
+    """fn captured once in a CUDA graph (torch's capture): (replay, captured output), or (None, None).
+    Replays show the device time of a call without its host time (the Python per call)."""
+    import torch
+
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn()
+        graph.replay()
+        torch.cuda.synchronize()
+        return graph.replay, out
+    except Exception as e:  # report and go on without the row
+        print(f"  pad: CUDA graph capture failed: {type(e).__name__}: {str(e)[:200]}")
+        return None, None
+
+
 @suite("pad")
 def pad_suite(quick: bool):
     import cupy
@@ -134,3 +157,51 @@ def pad_suite(quick: bool):
             yield Group(f"pad {mode}", "32x3x1024x1024 +64 (H, W)", "uint8", impls,
                         bytes=xu.nbytes + xu.nbytes // (1024 * 1024) * 1152 * 1152,
                         note="bytes = input read + output written")
+
+    # ---- device time without host time: the torch-in calls captured in CUDA graphs (last, so a
+    # failed capture cannot disturb the rows above)
+    tile_g = torch.randn(*TILE, device="cuda")
+    filled = torch.empty(out_shape, device="cuda")
+    replay, out = graphed(lambda: ck.pad(tile_g, BRICK_PADS, mode="brick", stagger=STAGGER))
+    if replay is not None:
+        if not torch.equal(out, ck.pad(tile_g, BRICK_PADS, mode="brick", stagger=STAGGER)):
+            print("  pad brick: graph replay output differs")
+        spec = P.normalize(TILE, P._np_dtype(tile_g), BRICK_PADS, "brick", stagger=STAGGER)
+        flat, _ = graphed(lambda: P.pad_impl(tile_g, spec, rung="flat"))
+        impls = {"cupy_kernels (graph replay)": replay}
+        if flat is not None:
+            impls["ladder flat (graph replay)"] = flat
+        impls["torch fill_ (output size)"] = lambda: filled.fill_(1.0)
+        fill_g, _ = graphed(lambda: filled.fill_(2.0))
+        if fill_g is not None:
+            impls["torch fill_ (graph replay)"] = fill_g
+        yield Group("pad brick (device time)", f"{TILE[0]}x{TILE[1]} -> {out_shape[0]}x{out_shape[1]}", "float32",
+                    impls, bytes=filled.nbytes + tile_g.nbytes, note="CUDA graph replays")
+    del filled
+    x = torch.randn(32, 3, 1024, 1024, device="cuda")
+    for mode in ("constant", "reflect", "edge"):
+        replay, out = graphed(lambda mode=mode: ck.pad(x, pw, mode=mode))
+        if replay is None:
+            continue
+        impls = {"cupy_kernels (graph replay)": replay}
+        if mode != "edge":
+            spec = P.normalize(x.shape, P._np_dtype(x), pw, mode)
+            flat, _ = graphed(lambda spec=spec: P.pad_impl(x, spec, rung="flat"))
+            if flat is not None:
+                impls["ladder flat (graph replay)"] = flat
+        fpad, _ = graphed(lambda mode=mode: F.pad(x, (64, 64, 64, 64), mode=torch_mode[mode]))
+        if fpad is not None:
+            impls["torch F.pad (graph replay)"] = fpad
+        yield Group(f"pad {mode} (device time)", "32x3x1024x1024 +64 (H, W)", "float32", impls, bytes=nbytes,
+                    note="CUDA graph replays")
+        del out
+    if not quick:
+        gy = torch.randn(32, 3, 1152, 1152, device="cuda")
+        replay, _ = graphed(lambda: _pad_backward_op(gy, [32, 3, 1024, 1024], [0, 0, 0, 0, 64, 64, 64, 64], "reflect", 0))
+        tb, _ = graphed(lambda: torch.ops.aten.reflection_pad2d_backward(gy, x, [64, 64, 64, 64]))
+        if replay is not None:
+            impls = {"cupy_kernels (graph replay)": replay}
+            if tb is not None:
+                impls["torch reflection_pad2d_backward (graph replay)"] = tb
+            yield Group("pad reflect backward (device time)", "32x3x1152x1152 -> 32x3x1024x1024", "float32", impls,
+                        bytes=gy.nbytes + x.nbytes, note="CUDA graph replays")

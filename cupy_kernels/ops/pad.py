@@ -293,7 +293,7 @@ def plan(shape, strides, itemsize, spec: Spec) -> Plan:
     return p
 
 
-def _launch(xc, y, p: Plan):
+def _launch(xc, y, p: Plan, args):
     props = current()
     name = _forward_name(p.kmode, y.dtype.itemsize)
     if p.unroll:
@@ -303,7 +303,7 @@ def _launch(xc, y, p: Plan):
         chunks = ceil_div(p.rows * p.wtot, 16 // y.dtype.itemsize)
         grid = min(ceil_div(chunks, 256), props.resident_blocks(256) * 4)
         block = 256
-    SOURCE.kernel(name)((max(grid, 1),), (block,), (xc, y) + p.args())
+    SOURCE.kernel(name)((max(grid, 1),), (block,), (xc, y) + args)
 
 
 # ---- public API -----------------------------------------------------------------------------------
@@ -312,11 +312,44 @@ def _np_dtype(x):
     return np.dtype(np.bool_) if dtype_name(x) == "bool" else cupy_dtype(dtype_name(x))
 
 
+def _freeze(v):
+    """A hashable, type-preserving key of a pad argument (TypeError if it has none)."""
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__,) + tuple(_freeze(e) for e in v)
+    if isinstance(v, dict):
+        return ("dict",) + tuple((_freeze(k), _freeze(e)) for k, e in v.items())
+    if isinstance(v, np.ndarray):
+        return ("ndarray", v.dtype.str, v.shape) + _freeze(v.tolist())
+    hash(v)
+    return (type(v), v)
+
+
+_SPECS: dict = {}  # argument key -> Spec: repeated calls skip the validation (host time per call)
+
+
+def spec_for(x, pad_width, mode="constant", constant_values=0, stagger=0) -> Spec:
+    dt = dtype_name(x)
+    if dt not in DTYPES:
+        raise TypeError(f"pad: x has dtype {dt}; expected one of {', '.join(DTYPES)}")
+    try:
+        key = (tuple(x.shape), dt, _freeze(pad_width), _freeze(mode), _freeze(constant_values), _freeze(stagger))
+    except TypeError:
+        key = None
+    spec = _SPECS.get(key) if key is not None else None
+    if spec is None:
+        spec = normalize(tuple(x.shape), _np_dtype(x), pad_width, mode, constant_values, stagger)
+        if key is not None:
+            if len(_SPECS) >= 1024:
+                _SPECS.clear()
+            _SPECS[key] = spec
+    return spec
+
+
 def pad(x, pad_width, mode="constant", constant_values=0, stagger=0):
     """numpy.pad for a CuPy array or a CUDA torch tensor (torch: autograd through our backward)."""
-    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+    if not (is_torch(x) or hasattr(x, "__cuda_array_interface__")):
         Call("pad", x)  # raises the usual TypeError naming x
-    spec = normalize(tuple(x.shape), _np_dtype(x), pad_width, mode, constant_values, stagger)
+    spec = spec_for(x, pad_width, mode, constant_values, stagger)
     if is_torch(x):
         from .. import torch_ops
 
@@ -351,7 +384,7 @@ def _pad_into(xc, y, spec: Spec, rung="tiled"):
         raise ValueError("pad: the output buffer is not 16-byte aligned")  # our own allocation always is
     strides = [s // itemsize for s in xr.strides]
     try:
-        p = plan(xr.shape, strides, itemsize, spec)
+        p, args = _cached_plan(xr.shape, strides, itemsize, spec, rung)
     except _TooManyAxes:
         if not xr.flags.c_contiguous:
             xr = cupy.ascontiguousarray(xr)
@@ -375,9 +408,29 @@ def _pad_into(xc, y, spec: Spec, rung="tiled"):
                           [0] * (2 * cut) + spec.bits[2 * cut:] if spec.bits else [], spec.stagger)
             _pad_into(mid, yr, second, rung)
             return
+    else:
+        _launch(xr, yr, p, args)
+        return
     if rung == "flat":
         p.unroll = p.tpr = 0
-    _launch(xr, yr, p)
+    _launch(xr, yr, p, p.args())
+
+
+_PLANS: dict = {}
+
+
+def _cached_plan(shape, strides, itemsize, spec: Spec, rung):
+    key = (tuple(shape), tuple(strides), itemsize, spec.shape, tuple(spec.pads), spec.mode, tuple(spec.bits),
+           spec.stagger, rung)
+    hit = _PLANS.get(key)
+    if hit is None:
+        p = plan(shape, strides, itemsize, spec)
+        if rung == "flat":
+            p.unroll = p.tpr = 0
+        if len(_PLANS) >= 1024:
+            _PLANS.clear()
+        hit = _PLANS[key] = (p, p.args())
+    return hit
 
 
 # ---- backward -------------------------------------------------------------------------------------
@@ -424,11 +477,12 @@ def pad_backward_impl(grad, spec: Spec):
             brows = shape[-2] if brick_cols else 1
             bp0 = spec.pads[-2][0] if brick_cols else 0
             bth = spec.shape[-2] if brick_cols else 1
-            total = res.size
-            if total:
-                grid = min(ceil_div(total, 256), props.resident_blocks(256) * 4)
+            if res.size:
+                rows_, cols_ = (A, n) if C == 1 else (A * n, C)
+                grid = (min(ceil_div(cols_, 256), max(1, props.resident_blocks(256) * 4 // min(rows_, 65535))),
+                        min(rows_, 65535))
                 SOURCE.kernel(_gather_name(kind, tin, tout))(
-                    (grid,), (256,), (cur, res, np.int64(A), np.int64(shape[axis]), np.int64(n), np.int64(C),
+                    grid, (256,), (cur, res, np.int64(A), np.int64(shape[axis]), np.int64(n), np.int64(C),
                                       np.int64(spec.pads[axis][0]), np.int32(fold), np.int64(brows),
                                       np.int64(bp0), np.int64(bth), np.int64(spec.stagger)))
             cur, shape = res, shape_out
