@@ -163,6 +163,12 @@ PAD_HD void pad_load_chunk(const PadParams& p, const PadRow& r, const T* x, int 
   const int blk = (int)p.blk, ln = (int)p.ln, wtot = (int)p.wtot;
   if (MODE != PAD_BRICK) {
     const int lo = (int)p.lbefore * blk, hi = lo + ln * blk;
+    if (MODE == PAD_CONSTANT && col0 >= 0 && col0 + V <= wtot && (col0 + V <= lo || col0 >= hi)) {
+      const T v = col0 + V <= lo ? (T)p.cval[2 * PAD_MAXD] : (T)p.cval[2 * PAD_MAXD + 1];  // wholly in a pad
+#pragma unroll
+      for (int e = 0; e < V; ++e) out.v[e] = v;
+      return;
+    }
     if (col0 >= lo && col0 + V <= hi) {
       if (MODE == PAD_CONSTANT && r.cidx >= 0) {
         const T v = (T)r.cv;
@@ -255,6 +261,25 @@ PAD_HD void pad_flat_chunk(const PadParams& p, const T* x, T* y, long long g, lo
       ++row;
     }
   }
+}
+
+// Brick rows staged in shared memory (pad_brick_staged): buf[j] = the source of output column j of
+// the row, for j < tw + V, i.e. the tile row rotated by the row's origin; column c reads buf[c mod tw].
+template <typename T>
+PAD_HD void pad_brick_stage(const PadParams& p, const PadRow& r, const T* x, T* buf, int j) {
+  buf[j] = x[r.src + pad_pmod32(j - (int)r.origin, (int)p.ln) * p.lstride];
+}
+
+template <typename T>
+PAD_HD void pad_brick_chunk(const PadParams& p, const T* buf, int col0, PadPack<T>& out) {
+  constexpr int V = 16 / sizeof(T);
+  const int j = pad_pmod32(col0, (int)p.ln);
+  if ((j & (V - 1)) == 0) {  // buf is 16-byte aligned
+    out = *reinterpret_cast<const PadPack<T>*>(buf + j);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) out.v[e] = buf[j + e];
 }
 
 // ---- Backward: the gradient of one padded axis, gathered. g is a C-contiguous (A, outk, C) array,
@@ -364,6 +389,60 @@ __global__ void __launch_bounds__(256, sizeof(T) >= 4 ? 4 : 3) pad_forward(
 #pragma unroll
     for (int u = 0; u < UMAX; ++u)
       if (u < unroll && col[u] < w32) pad_store_chunk<T>(y, E, col[u], w32, v[u]);
+    __syncthreads();
+  }
+}
+
+// Brick, staged (the "staged" rung; ops/pad.py): per tile (one row) the block writes the row's
+// rotated tile row to shared memory (tw + V elements), then every chunk is one 16-byte shared load
+// when its column is a multiple of V mod tw (else V scalar ones) and one 16-byte store: no index
+// map per element. Launch: the wide path's grid and tiles, (tw + V) * sizeof(T) bytes (rounded up to
+// 16) of dynamic shared memory; three barriers per tile.
+template <typename T>
+__global__ void __launch_bounds__(256, 4) pad_brick_staged(
+    const T* __restrict__ x, T* __restrict__ y, long long rows, long long wtot, long long tiles,
+    long long tpr, int tile_chunks, int unroll, int nd, int fold, PAD_AXIS_ARGS(0), PAD_AXIS_ARGS(1),
+    PAD_AXIS_ARGS(2), PAD_AXIS_ARGS(3), PAD_AXIS_ARGS(4), PAD_AXIS_ARGS(5), long long lout, long long ln,
+    long long lbefore, long long lstride, long long blk, long long stagger, int contig,
+    unsigned long long c0, unsigned long long c1, unsigned long long c2, unsigned long long c3,
+    unsigned long long c4, unsigned long long c5, unsigned long long c6, unsigned long long c7,
+    unsigned long long c8, unsigned long long c9, unsigned long long c10, unsigned long long c11,
+    unsigned long long c12, unsigned long long c13) {
+  PadParams p;
+  p.rows = rows; p.wtot = wtot; p.tiles = tiles; p.tpr = tpr; p.tile_chunks = tile_chunks;
+  p.unroll = unroll; p.nd = nd; p.fold = fold;
+  PAD_AXIS_SET(0) PAD_AXIS_SET(1) PAD_AXIS_SET(2) PAD_AXIS_SET(3) PAD_AXIS_SET(4) PAD_AXIS_SET(5)
+  p.lout = lout; p.ln = ln; p.lbefore = lbefore; p.lstride = lstride; p.blk = blk; p.stagger = stagger;
+  p.contig = contig;
+  extern __shared__ __align__(16) unsigned char pad_smem[];
+  T* buf = reinterpret_cast<T*>(pad_smem);
+  __shared__ PadRow info;
+  __shared__ long long info_row, info_seg;
+  constexpr int V = 16 / sizeof(T);
+  const int tid = threadIdx.x, w32 = (int)wtot, staged = (int)ln + V;
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    if (tid == 0) {
+      long long row, seg;
+      pad_divmod(t, tpr, row, seg);
+      info_row = row;
+      info_seg = seg;
+      info = pad_decode_row<PAD_BRICK>(p, row);
+    }
+    __syncthreads();
+    const PadRow r = info;
+    const long long E = info_row * wtot;
+    const int seg = (int)info_seg;
+    for (int j = tid; j < staged; j += blockDim.x) pad_brick_stage<T>(p, r, x, buf, j);
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < PAD_UNROLL; ++u) {
+      const int col = pad_chunk_col<T>(E, seg, tile_chunks, u * (int)blockDim.x + tid);
+      if (u < unroll && col < w32) {
+        PadPack<T> v;
+        pad_brick_chunk<T>(p, buf, col, v);
+        pad_store_chunk<T>(y, E, col, w32, v);
+      }
+    }
     __syncthreads();
   }
 }

@@ -3,7 +3,7 @@
 // use, one after another, so the index maps, axis merging, alignment paths and partial chunks are
 // checked against numpy.pad without a GPU. The barrier / shared-memory plumbing is not exercised.
 //
-// stdin: "forward" itemsize kmode threads xshift xoffset xcount <pad_forward args after x, y>
+// stdin: "forward" (or "staged": pad_brick_staged) itemsize kmode threads xshift xoffset xcount <pad_forward args after x, y>
 //        then xcount * itemsize raw bytes; stdout: rows * wtot * itemsize raw bytes.
 //    or: "gather" fkind A outk n C before fold brows bp0 bth stagger, then A*outk*C doubles;
 //        stdout: A*n*C doubles.
@@ -22,8 +22,31 @@ static long long rd() {
   return v;
 }
 
+static bool g_staged = false;  // emulate pad_brick_staged instead of pad_forward
+
 template <int MODE, typename T>
 static void forward(PadParams& p, int threads, const T* x, T* y) {
+  if (MODE == PAD_BRICK && g_staged) {
+    const int V = 16 / sizeof(T);
+    std::vector<PadPack<T>> storage((p.ln + V) / V + 1);
+    T* buf = storage[0].v;
+    for (long long t = 0; t < p.tiles; ++t) {
+      long long row, seg;
+      pad_divmod(t, p.tpr, row, seg);
+      const PadRow r = pad_decode_row<PAD_BRICK>(p, row);
+      for (int j = 0; j < (int)p.ln + V; ++j) pad_brick_stage<T>(p, r, x, buf, j);
+      const long long E = row * p.wtot;
+      for (int tid = 0; tid < threads; ++tid)
+        for (int u = 0; u < p.unroll; ++u) {
+          const int col = pad_chunk_col<T>(E, (int)seg, p.tile_chunks, u * threads + tid);
+          if (col >= p.wtot) continue;
+          PadPack<T> v;
+          pad_brick_chunk<T>(p, buf, col, v);
+          pad_store_chunk<T>(y, E, col, (int)p.wtot, v);
+        }
+    }
+    return;
+  }
   if (p.tile_chunks == 0) {
     const long long V = 16 / sizeof(T), nchunks = (p.rows * p.wtot + V - 1) / V;
     long long cur = -1;
@@ -90,6 +113,7 @@ int main() {
     fwrite(r.data(), sizeof(double), r.size(), stdout);
     return 0;
   }
+  g_staged = std::string(what) == "staged";
   const int itemsize = (int)rd(), kmode = (int)rd(), threads = (int)rd();
   const long long xshift = rd(), xoffset = rd(), xcount = rd();
   PadParams p;

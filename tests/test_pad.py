@@ -237,13 +237,13 @@ def harness(tmp=Path("/tmp")) -> str | None:
     return str(exe)
 
 
-def harness_forward(exe, base, x, spec, xshift=0):
+def harness_forward(exe, base, x, spec, xshift=0, rung="tiled"):
     """Run the device functions over the launch the GPU would get, for the view `x` of `base`."""
     size = x.dtype.itemsize
     raw = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size]
     offset = (x.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // size
-    p = P.plan(x.shape, [s // size for s in x.strides], size, spec)
-    head = f"forward {size} {p.kmode} {p.threads} {xshift} {offset} {base.size}\n"
+    p, _ = P._cached_plan(x.shape, [s // size for s in x.strides], size, spec, rung)
+    head = f"{'staged' if p.staged else 'forward'} {size} {p.kmode} {p.threads} {xshift} {offset} {base.size}\n"
     head += " ".join(str(int(v)) for v in p.args()) + "\n"
     out = subprocess.run([exe], input=head.encode() + base.view(raw).tobytes(), capture_output=True, check=True).stdout
     return np.frombuffer(out, dtype=x.dtype).reshape(spec.out_shape), p
@@ -305,6 +305,36 @@ def test_device_code_on_host_matches_numpy():
             assert same_bits(got, numpy_pad(x, pw, mode, 7 if mode == "constant" else 0, 10 if mode == "brick" else 0))
             cases += 1
     assert cases > 500
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
+def test_staged_brick_on_host_matches_numpy():
+    """The shared-memory brick rung (its device functions, staged per tile as the kernel does)."""
+    exe = harness()
+    g = rng()
+    staged = 0
+    for i in range(300):
+        nd = int(g.integers(2, 4))
+        shape = tuple(int(v) for v in g.integers(1, 6, size=nd - 2)) + (int(g.integers(1, 60)), int(g.integers(1, 90)))
+        pads = [(int(g.integers(0, 3)), int(g.integers(0, 3))) for _ in range(nd - 2)]
+        pads += [(int(g.integers(0, 90)), int(g.integers(0, 90))), (int(g.integers(0, 300)), int(g.integers(0, 300)))]
+        dtype = str(g.choice(["uint8", "float16", "float32", "float64", "bool"]))
+        base, x = random_view(g, shape, dtype)
+        stagger = int(g.integers(-100, 100))
+        spec = P.normalize(shape, x.dtype, pads, "brick", stagger=stagger)
+        try:
+            got, p = harness_forward(exe, base, x, spec, rung="staged")
+        except P._TooManyAxes:
+            continue
+        staged += p.staged
+        assert same_bits(got, numpy_pad(np.ascontiguousarray(x), pads, "brick", 0, stagger)), (shape, pads, stagger, dtype)
+    x = random_bits((48, 32), "float32", g)
+    got, p = harness_forward(exe, x, x, P.normalize(x.shape, x.dtype, BRICK_CASE, "brick", stagger=10), rung="staged")
+    assert p.staged and same_bits(got, numpy_pad(x, BRICK_CASE, "brick", 0, 10))
+    assert staged > 100
+
+
+BRICK_CASE = ((2048, 2048), (4096, 4096))
 
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
@@ -413,6 +443,24 @@ def test_larger_shapes(mode, shape, pw):
         poison_pool(ref.nbytes)
         got = ck.pad(cupy.asarray(x), pw, mode=mode, constant_values=3 if mode == "constant" else 0, stagger=stagger)
         assert same_bits(cupy.asnumpy(got), ref)
+
+
+@gpu
+def test_ladder_rungs():
+    """Every rung of the ladder (flat, tiled, staged brick) gives the same bits as numpy.pad."""
+    import cupy
+
+    g = rng()
+    for shape, pw, mode, stagger in [((48, 32), BRICK_CASE, "brick", 10), ((3, 40, 33), ((1, 2), (70, 9), (5, 300)), "brick", -7),
+                                     ((2, 61, 300), ((0, 0), (64, 64), (64, 64)), "reflect", 0),
+                                     ((2, 61, 300), ((0, 0), (64, 64), (64, 64)), "constant", 0)]:
+        for dtype in ("float32", "uint8", "float64", "float16"):
+            x = random_bits(shape, dtype, g)
+            spec = P.normalize(shape, x.dtype, pw, mode, 0, stagger)
+            ref = numpy_pad(x, pw, mode, 0, stagger)
+            for rung in P.RUNGS:
+                poison_pool(ref.nbytes)
+                assert same_bits(cupy.asnumpy(P.pad_impl(cupy.asarray(x), spec, rung=rung)), ref), (shape, mode, dtype, rung)
 
 
 @gpu

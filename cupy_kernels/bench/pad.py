@@ -89,7 +89,8 @@ def pad_suite(quick: bool):
     yvec = torch.tensor([float(TILE[1]), 1.0], device="cuda")
     p0, p1 = BRICK_PADS[0][0], BRICK_PADS[1][0]
     ours = ck.pad(tile, BRICK_PADS, mode="brick", stagger=STAGGER)
-    for name, other in (("seed-style", brick_torch_seed_style(tile, coords, p0, p1, STAGGER, shift_x, shift_y, yvec)),
+    spec = P.normalize(TILE, P._np_dtype(tile), BRICK_PADS, "brick", stagger=STAGGER)
+    for name, other in (("staged rung", P.pad_impl(tile, spec, rung="staged")),("seed-style", brick_torch_seed_style(tile, coords, p0, p1, STAGGER, shift_x, shift_y, yvec)),
                         ("gather", brick_torch_gather(tile, out_shape, p0, p1, STAGGER))):
         if not torch.equal(ours, other):
             print(f"  pad brick: torch {name} formulation disagrees with ours")
@@ -99,6 +100,7 @@ def pad_suite(quick: bool):
         "cupy_kernels": lambda: ck.pad(tc, BRICK_PADS, mode="brick", stagger=STAGGER),
         "cupy_kernels (torch in)": lambda: ck.pad(tile, BRICK_PADS, mode="brick", stagger=STAGGER),
         "ladder flat (per-element path)": lambda: P.pad_impl(tc, spec, rung="flat"),
+        "ladder staged (rows in shared memory)": lambda: P.pad_impl(tc, spec, rung="staged"),
         "torch fill_ (output size)": lambda: filled.fill_(1.0),
         "torch whole-tensor (seed-style)": lambda: brick_torch_seed_style(tile, coords, p0, p1, STAGGER, shift_x,
                                                                           shift_y, yvec),
@@ -168,9 +170,14 @@ def pad_suite(quick: bool):
             print("  pad brick: graph replay output differs")
         spec = P.normalize(TILE, P._np_dtype(tile_g), BRICK_PADS, "brick", stagger=STAGGER)
         flat, _ = graphed(lambda: P.pad_impl(tile_g, spec, rung="flat"))
+        staged, out_s = graphed(lambda: P.pad_impl(tile_g, spec, rung="staged"))
         impls = {"cupy_kernels (graph replay)": replay}
         if flat is not None:
             impls["ladder flat (graph replay)"] = flat
+        if staged is not None:
+            if not torch.equal(out_s, out):
+                print("  pad brick: the staged rung disagrees with the default")
+            impls["ladder staged (graph replay)"] = staged
         impls["torch fill_ (output size)"] = lambda: filled.fill_(1.0)
         fill_g, _ = graphed(lambda: filled.fill_(2.0))
         if fill_g is not None:

@@ -47,7 +47,11 @@ def _gather_pairs():
     return list(dict.fromkeys(pairs))
 
 
-SOURCE.declare([_forward_name(m, s) for m in range(4) for s in UTYPE]
+def _staged_name(itemsize):
+    return f"pad_brick_staged<{UTYPE[itemsize]}>"
+
+
+SOURCE.declare([_forward_name(m, s) for m in range(4) for s in UTYPE] + [_staged_name(s) for s in UTYPE]
                + [_gather_name(k, a, b) for k in range(3) for a, b in _gather_pairs()])
 
 
@@ -211,6 +215,7 @@ class Plan:
     threads: int = 256
     unroll: int = 0     # 0: narrow path
     tpr: int = 0
+    staged: bool = False  # brick through shared memory (pad_brick_staged)
 
     @property
     def tiles(self):
@@ -296,6 +301,12 @@ def plan(shape, strides, itemsize, spec: Spec) -> Plan:
 def _launch(xc, y, p: Plan, args):
     props = current()
     name = _forward_name(p.kmode, y.dtype.itemsize)
+    if p.staged:
+        itemsize = y.dtype.itemsize
+        smem = ceil_div((p.last[1] + 16 // itemsize) * itemsize, 16) * 16
+        grid = min(p.tiles, props.resident_blocks(p.threads))
+        SOURCE.kernel(_staged_name(itemsize))((max(grid, 1),), (p.threads,), (xc, y) + args, shared_mem=smem)
+        return
     if p.unroll:
         grid = min(p.tiles, props.resident_blocks(p.threads))
         block = p.threads
@@ -357,9 +368,15 @@ def pad(x, pad_width, mode="constant", constant_values=0, stagger=0):
     return pad_impl(x, spec)
 
 
+RUNGS = ("flat", "tiled", "staged")
+
+
 def pad_impl(x, spec: Spec, rung: str = "tiled"):
-    """The kernels' path for either kind of input (no autograd). rung "flat" forces the per-element
-    path on every row (the ladder's first step, for the benchmark)."""
+    """The kernels' path for either kind of input (no autograd). The ladder (benchmark): "flat" forces
+    the per-element path on every row; "tiled" is the default; "staged" sends brick rows through
+    shared memory (pad_brick_staged; other modes as "tiled")."""
+    if rung not in RUNGS:
+        raise ValueError(f"pad: rung must be one of {', '.join(RUNGS)}; got {rung!r}")
     with Call("pad", x) as call:
         xc = call.arg(x, "x", dtypes=DTYPES)
         if tuple(xc.shape) != spec.shape:
@@ -419,12 +436,24 @@ def _pad_into(xc, y, spec: Spec, rung="tiled"):
 _PLANS: dict = {}
 
 
+STAGED_MAX_BYTES = 32 << 10  # shared memory for one staged tile row (brick, "staged" rung)
+
+
+def _staged_ok(p: Plan, itemsize):
+    return p.kmode == KMODE["brick"] and p.unroll > 0 and (p.last[1] + 16 // itemsize) * itemsize <= STAGED_MAX_BYTES
+
+
 def _cached_plan(shape, strides, itemsize, spec: Spec, rung):
     key = (tuple(shape), tuple(strides), itemsize, spec.shape, tuple(spec.pads), spec.mode, tuple(spec.bits),
            spec.stagger, rung)
     hit = _PLANS.get(key)
     if hit is None:
         p = plan(shape, strides, itemsize, spec)
+        if rung == "staged" and _staged_ok(p, itemsize):  # shared loads: up to 4 chunks a thread
+            vec = 16 // itemsize
+            cpr = p.wtot // vec if p.wtot % vec == 0 else ceil_div(p.wtot + vec - 1, vec)
+            p.threads, p.unroll, p.tpr = _choose_tiling(cpr, 4)
+            p.staged = True
         if rung == "flat":
             p.unroll = p.tpr = 0
         if len(_PLANS) >= 1024:
@@ -469,7 +498,7 @@ def pad_backward_impl(grad, spec: Spec):
             tout = dtype if last else ACC[dtype]
             n = spec.shape[axis]
             shape_out = shape[:axis] + [n] + shape[axis + 1:]
-            res = call.empty(shape_out, tout) if last else cupy.empty(shape_out, dtype=cupy_dtype(tout))
+            res = call.empty(shape_out, tout)  # the caller's allocator: capturable in torch's CUDA graphs
             A, C = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
             brick_cols = spec.mode == "brick" and axis == ndim - 1
             kind = FOLD_KIND["brick" if brick_cols else "wrap" if spec.mode == "brick" else spec.mode]
