@@ -92,13 +92,14 @@ template <> struct Pair2<bfloat16> { typedef __nv_bfloat162 type; static __devic
 // ---- tensor-core tile (float16 / bfloat16) ------------------------------------------------------
 
 constexpr int MMA_BK = 32, MMA_STAGES = 4;
-constexpr int MMA_SMEM = MMA_STAGES * (BM * MMA_BK + MMA_BK * BN) * 2;  // 64 KB, dynamic
+// Dynamic shared memory of a tile BM x TBN: 64 KB for TBN = 128, 96 KB for TBN = 256.
+template <int TBN> struct MmaSmem { static constexpr int bytes = MMA_STAGES * (BM * MMA_BK + MMA_BK * TBN) * 2; };
 
 // [128][32] tiles (A, and W^T as [n][k]): 64-byte rows of four 16-byte chunks, the chunk index XORed with
 // (row / 2) % 4 so that ldmatrix's eight rows hit eight different bank groups.
 __device__ __forceinline__ int off_k32(int r, int c) { return r * 32 + ((c ^ ((r >> 1) & 3)) << 3); }
-// [32][128] tiles (W as [k][n]): 256-byte rows of sixteen chunks, chunk XOR (row % 8).
-__device__ __forceinline__ int off_n128(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 3); }
+// [32][TBN] tiles (W as [k][n]): rows of TBN / 8 chunks, chunk XOR (row % 8).
+template <int TBN> __device__ __forceinline__ int off_n(int r, int c) { return r * TBN + ((c ^ (r & 7)) << 3); }
 
 // 8 elements of a row from p (len of them valid, the rest zero) into shared memory by plain loads: the
 // path for rows that are not 16-byte aligned (n not a multiple of 8, or an offset base pointer).
@@ -109,8 +110,8 @@ template <typename T> __device__ __forceinline__ void load8_scalar(T* dst, const
   *reinterpret_cast<Pack<T, 8>*>(dst) = v;
 }
 
-// One pipeline stage: A[row0 : +128, k0 : +32] and the matching W panel into shared memory.
-template <typename T, bool TRANS, bool ALIGNED>
+// One pipeline stage: A[row0 : +128, k0 : +32] and the matching W panel (32 x TBN) into shared memory.
+template <typename T, bool TRANS, bool ALIGNED, int TBN>
 __device__ __forceinline__ void mma_load_stage(T* As, T* Bs, const T* a, const T* w, long long m, int n,
                                                long long row0, int n0, int k0) {
   const int tid = threadIdx.x;
@@ -125,7 +126,7 @@ __device__ __forceinline__ void mma_load_stage(T* As, T* Bs, const T* a, const T
     else load8_scalar(As + off_k32(r, c), src, ok ? min(8, n - k) : 0);
   }
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {  // W panel: 512 chunks
+  for (int i = 0; i < TBN / 64; ++i) {  // W panel: 4 * TBN chunks
     const int q = tid + i * THREADS;
     if (TRANS) {  // W[n0 + r, k0 + 8c ...]: rows of W are the output columns
       const int r = q >> 2, c = q & 3, col = n0 + r, k = k0 + c * 8;
@@ -134,23 +135,27 @@ __device__ __forceinline__ void mma_load_stage(T* As, T* Bs, const T* a, const T
       if (ALIGNED) cp_async16(smem_addr(Bs + off_k32(r, c)), src, ok ? 16 : 0);
       else load8_scalar(Bs + off_k32(r, c), src, ok ? min(8, n - k) : 0);
     } else {      // W[k0 + r, n0 + 8c ...]
-      const int r = q >> 4, c = q & 15, k = k0 + r, col = n0 + c * 8;
+      const int r = q / (TBN / 8), c = q % (TBN / 8), k = k0 + r, col = n0 + c * 8;
       const bool ok = k < n && col < n;
       const T* src = ok ? w + (long long)k * n + col : w;
-      if (ALIGNED) cp_async16(smem_addr(Bs + off_n128(r, c)), src, ok ? 16 : 0);
-      else load8_scalar(Bs + off_n128(r, c), src, ok ? min(8, n - col) : 0);
+      if (ALIGNED) cp_async16(smem_addr(Bs + off_n<TBN>(r, c)), src, ok ? 16 : 0);
+      else load8_scalar(Bs + off_n<TBN>(r, c), src, ok ? min(8, n - col) : 0);
     }
   }
 }
 
-// Tiled tensor-core kernel for float16 / bfloat16. Launch: persistent 1-D grid of at most one wave
-// (>= tiles_n blocks), 256 threads (8 warps as 2 x 4, each a 64 x 32 piece of the 128 x 128 tile),
-// MMA_SMEM bytes of dynamic shared memory; ctrl zeroed (1 + row blocks entries). Any m (64-bit rows),
-// any n with ceil(n / 128) <= grid. ALIGNED: n % 8 == 0 and a, w 16-byte aligned (cp.async path).
-template <typename T, bool TRANS, bool ALIGNED>
-__global__ void __launch_bounds__(THREADS, 2)
+// Tiled tensor-core kernel for float16 / bfloat16 (mma.sync m16n8k16, fragments by ldmatrix, float32
+// accumulators). Launch: persistent 1-D grid of at most one wave (>= tiles_n blocks), 256 threads (8 warps
+// as 2 x 4, each a 64 x TBN/4 piece of the 128 x TBN tile), MmaSmem<TBN>::bytes of dynamic shared memory;
+// ctrl zeroed (1 + row blocks entries). Any m (64-bit rows), any n with ceil(n / TBN) <= grid. ALIGNED:
+// n % 8 == 0 and a, w 16-byte aligned (cp.async path). TBN = 128: 2 blocks per SM, whose
+// epilogues and barrier waits overlap; TBN = 256: one block per SM, 1.5x fewer shared-memory reads per
+// mma (64 x 64 warp tiles).
+template <typename T, bool TRANS, bool ALIGNED, int TBN>
+__global__ void __launch_bounds__(THREADS, TBN == 128 ? 2 : 1)
 sqmm_mma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias, long long m, int n,
          unsigned* ctrl, unsigned tiles_n, unsigned total_tiles) {
+  constexpr int NT = TBN / 32;  // n8 tiles per warp
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* As = reinterpret_cast<T*>(smem_raw);
   T* Bs = As + MMA_STAGES * BM * MMA_BK;
@@ -162,20 +167,20 @@ sqmm_mma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias
     if (t >= total_tiles) return;
     const unsigned rb = t / tiles_n;
     const long long row0 = (long long)rb * BM;
-    const int n0 = (int)(t % tiles_n) * BN;
+    const int n0 = (int)(t % tiles_n) * TBN;
 
-    float acc[4][4][4];
+    float acc[4][NT][4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+      for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
 #pragma unroll
     for (int s = 0; s < MMA_STAGES - 1; ++s) {
       if (s < ktiles)
-        mma_load_stage<T, TRANS, ALIGNED>(As + s * BM * MMA_BK, Bs + s * MMA_BK * BN, a, w, m, n, row0, n0, s * MMA_BK);
+        mma_load_stage<T, TRANS, ALIGNED, TBN>(As + s * BM * MMA_BK, Bs + s * MMA_BK * TBN, a, w, m, n, row0, n0, s * MMA_BK);
       cp_async_commit();
     }
     for (int kt = 0; kt < ktiles; ++kt) {
@@ -184,25 +189,25 @@ sqmm_mma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias
       const int nk = kt + MMA_STAGES - 1;
       if (nk < ktiles) {
         const int s = nk % MMA_STAGES;
-        mma_load_stage<T, TRANS, ALIGNED>(As + s * BM * MMA_BK, Bs + s * MMA_BK * BN, a, w, m, n, row0, n0, nk * MMA_BK);
+        mma_load_stage<T, TRANS, ALIGNED, TBN>(As + s * BM * MMA_BK, Bs + s * MMA_BK * TBN, a, w, m, n, row0, n0, nk * MMA_BK);
       }
       cp_async_commit();
       const T* as = As + (kt % MMA_STAGES) * BM * MMA_BK;
-      const T* bs = Bs + (kt % MMA_STAGES) * MMA_BK * BN;
+      const T* bs = Bs + (kt % MMA_STAGES) * MMA_BK * TBN;
 #pragma unroll
       for (int kk = 0; kk < MMA_BK / 16; ++kk) {
-        unsigned af[4][4], bf[4][2];
+        unsigned af[4][4], bf[NT][2];
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt)
           ldmatrix_x4(af[mt], smem_addr(as + off_k32(wm * 64 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4))));
 #pragma unroll
-        for (int np = 0; np < 2; ++np) {
+        for (int np = 0; np < NT / 2; ++np) {
           const int q = lane >> 3;
           unsigned r[4];
           if (TRANS) {
-            ldmatrix_x4(r, smem_addr(bs + off_k32(wn * 32 + np * 16 + (q >> 1) * 8 + (lane & 7), kk * 2 + (q & 1))));
+            ldmatrix_x4(r, smem_addr(bs + off_k32(wn * (TBN / 4) + np * 16 + (q >> 1) * 8 + (lane & 7), kk * 2 + (q & 1))));
           } else {
-            ldmatrix_x4_trans(r, smem_addr(bs + off_n128(kk * 16 + (q & 1) * 8 + (lane & 7), (wn * 32 + np * 16) / 8 + (q >> 1))));
+            ldmatrix_x4_trans(r, smem_addr(bs + off_n<TBN>(kk * 16 + (q & 1) * 8 + (lane & 7), (wn * (TBN / 4) + np * 16) / 8 + (q >> 1))));
           }
           bf[np * 2][0] = r[0];
           bf[np * 2][1] = r[1];
@@ -212,7 +217,7 @@ sqmm_mma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt) mma16816<T>(acc[mt][nt], af[mt], bf[nt]);
+          for (int nt = 0; nt < NT; ++nt) mma16816<T>(acc[mt][nt], af[mt], bf[nt]);
       }
     }
     cp_async_wait<0>();
@@ -220,8 +225,8 @@ sqmm_mma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias
 
     typedef typename Pair2<T>::type P2;
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const int col = n0 + wn * 32 + nt * 8 + (lane & 3) * 2;
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = n0 + wn * (TBN / 4) + nt * 8 + (lane & 3) * 2;
       float b0 = 0.0f, b1 = 0.0f;
       if (has_bias) {
         if (col < n) b0 = cast<float>(bias[col]);

@@ -1,43 +1,34 @@
 #!/usr/bin/env bash
-# One device call for square_matmul_ (issue 5): compile + a smoke check, the GPU tests, the benchmark suite
-# and the attention-projection demo. Each step has its own time limit (a hang in one leaves the others'
-# results); logs and benchmarks/<device>.{json,md} land in $OUT.
+# One device call for square_matmul_ (issue 5): probe the Hopper (wgmma) kernel one variant per process,
+# the GPU tests, the benchmark suite (with the probed variants), the attention-projection demo. Each step
+# has its own time limit (a hang or fault in one leaves the others' results); logs and
+# benchmarks/<device>.{json,md} land in $OUT.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/square_matmul_out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader 2>&1 | tee "$OUT/smi.txt"
-timeout -s KILL ${SMOKE_TIMEOUT:-50} python3 - <<'PY' 2>&1 | tee "$OUT/smoke.log"
-import time, torch, cupy
-import cupy_kernels as ck
-from cupy_kernels.ops import square_matmul as sq
-from cupy_kernels._runtime import resident_blocks
-t = time.time(); sq.SOURCE.load_all(); print("square_matmul.cu compiled and loaded in", round(time.time() - t, 1), "s")
-for name in sq.SOURCE.names:
-    if "true, true" in name or "<true, true>" in name or "false, true" in name:
-        k = sq.SOURCE.kernel(name)
-        smem = 0 if "simt" in name or "seed" in name else sq.MMA_SMEM
-        if smem: k.max_dynamic_shared_size_bytes = smem
-        print(f"  {name:36s} regs {k.num_regs:3d} local {k.local_size_bytes:4d} resident blocks {resident_blocks(k, 256, smem)}")
-torch.backends.cuda.matmul.allow_tf32 = False
-for dt in (torch.float32, torch.float16, torch.bfloat16):
-    for m, n, tr in ((33, 7, False), (4096, 1024, False), (4096, 1000, True)):
-        a = torch.randn(m, n, device="cuda").to(dt); w = (torch.randn(n, n, device="cuda") / n ** 0.5).to(dt)
-        ref = a.double() @ (w.double().T if tr else w.double())
-        ck.square_matmul_(a, w, transpose=tr); torch.cuda.synchronize()
-        print(f"  {dt} m={m} n={n} transpose={tr}: rel err {float((a.double() - ref).norm() / ref.norm()):.2e}")
-    for n in (1024, 4096):
-        a = torch.randn(65536, n, device="cuda").to(dt); w = (torch.randn(n, n, device="cuda") / n ** 0.5).to(dt)
-        for label, fn in (("ours", lambda: ck.square_matmul_(a, w)), ("torch", lambda: torch.matmul(a, w))):
-            fn(); torch.cuda.synchronize(); s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-            s.record(); [fn() for _ in range(3)]; e.record(); e.synchronize()
-            ms = s.elapsed_time(e) / 3
-            print(f"  {dt} 65536x{n} {label}: {ms:.3f} ms {2 * 65536 * n * n / ms / 1e9:.1f} TFLOP/s")
-PY
-timeout -s KILL ${TEST_TIMEOUT:-60} python3 -m pytest -v -rf -p no:cacheprovider --durations=8 \
-    tests/test_square_matmul.py > "$OUT/pytest.log" 2>&1
-echo "pytest rc=$?"; grep -E "FAIL|Error|passed|failed" "$OUT/pytest.log" | tail -40
-timeout -s KILL ${BENCH_TIMEOUT:-50} python3 -m cupy_kernels bench --op square_matmul --out "$OUT" > "$OUT/bench.log" 2>&1
-echo "bench rc=$?"; grep -v "^\s*$" "$OUT/bench.log" | tail -45
-timeout -s KILL ${DEMO_TIMEOUT:-20} python3 scripts/square_matmul_attention.py 2>&1 | tee "$OUT/attention.log"
+OKS=""
+for v in wgmma wgmma_swap; do
+  for t in N T; do
+    timeout -s KILL ${PROBE_TIMEOUT:-20} python3 scripts/square_matmul_probe.py $v $t > "$OUT/probe_${v}_$t.log" 2>&1
+    rc=$?; tail -2 "$OUT/probe_${v}_$t.log" | tee -a "$OUT/probe.log"
+    [ $rc -eq 0 ] && OKS="$OKS,$v:$t"
+  done
+done
+export SQMM_WGMMA=${OKS#,}
+echo "probed OK: $SQMM_WGMMA" | tee -a "$OUT/probe.log"
+timeout -s KILL ${TEST_TIMEOUT:-40} python3 -m pytest -v -rf -p no:cacheprovider --durations=5 \
+    tests/test_square_matmul.py -k "not test_wgmma" > "$OUT/pytest.log" 2>&1
+echo "pytest rc=$?"; grep -E "FAIL|Error|passed|failed" "$OUT/pytest.log" | tail -30
+timeout -s KILL ${BENCH_TIMEOUT:-60} python3 -m cupy_kernels bench --op square_matmul --out "$OUT" > "$OUT/bench.log" 2>&1
+echo "bench rc=$?"; grep -v "^\s*$" "$OUT/bench.log" | grep -v "^| square_matmul_ |.*float32" | tail -60
+for vt in ${SQMM_WGMMA//,/ }; do
+  v=${vt%:*}; t=${vt#*:}
+  if [ $v = wgmma ]; then k="w$t and not swap"; else k="w$t and swap"; fi
+  timeout -s KILL ${WG_TEST_TIMEOUT:-15} python3 -m pytest -q -rf -p no:cacheprovider tests/test_square_matmul.py \
+      -k "test_wgmma and $k" > "$OUT/pytest_${v}_$t.log" 2>&1
+  echo "pytest $vt rc=$?: $(tail -1 "$OUT/pytest_${v}_$t.log")"
+done
+timeout -s KILL ${DEMO_TIMEOUT:-12} python3 scripts/square_matmul_attention.py 2>&1 | tee "$OUT/attention.log"

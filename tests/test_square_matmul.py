@@ -34,20 +34,22 @@ def rel(got, ref):
 
 
 def reference(a, w, transpose, bias=None):
-    w64 = w.double()
-    out = a.double().reshape(-1, a.shape[-1]) @ (w64.T if transpose else w64)
+    w64 = w.detach().double()
+    out = a.detach().double().reshape(-1, a.shape[-1]) @ (w64.T if transpose else w64)
     if bias is not None:
-        out = out + bias.double()
+        out = out + bias.detach().double()
     return out.reshape(a.shape)
 
 
-def check_product(m, n, dtype, transpose, via="torch", lead=None):
+def check_product(m, n, dtype, transpose, via="torch", lead=None, variant="auto"):
     shape = (m, n) if lead is None else (*lead, n)
     a = randn(shape, dtype)
     w = randn((n, n), dtype, 1 / n ** 0.5)
     ref = reference(a, w, transpose)
     ptr = a.data_ptr()
-    if via == "torch":
+    if variant != "auto":
+        sq.square_matmul_impl(a, w, transpose, variant=variant)
+    elif via == "torch":
         with torch.no_grad():
             out = ck.square_matmul_(a, w, transpose=transpose)
         assert out is a
@@ -58,7 +60,7 @@ def check_product(m, n, dtype, transpose, via="torch", lead=None):
         assert ck.square_matmul_(ac, to_cupy(w), transpose=transpose) is ac
     assert a.data_ptr() == ptr
     err = rel(a, ref)
-    assert err <= TOL[dtype], f"m={m} n={n} {dtype} transpose={transpose}: rel err {err:.2e}"
+    assert err <= TOL[dtype], f"m={m} n={n} {dtype} transpose={transpose} {variant}: rel err {err:.2e}"
     return err
 
 
@@ -79,6 +81,43 @@ def test_grid(m, n, dtype):
 @pytest.mark.parametrize("m", (33, 4096))
 def test_grid_transposed(m, n, dtype):
     check_product(m, n, dtype, True)
+
+
+@torch_gpu
+@pytest.mark.parametrize("variant", ("mma128", "mma256"))
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+@pytest.mark.parametrize("n", NS + (129, 257, 4097))
+def test_mma_variants(n, dtype, variant):
+    """Both tensor-core tiles, whichever "auto" picks, on both W layouts."""
+    for m in (33, 4096):
+        for transpose in (False, True):
+            check_product(m, n, dtype, transpose, variant=variant)
+
+
+@torch_gpu
+@torch_gpu
+@pytest.mark.parametrize("variant", ("wgmma", "wgmma_swap"))
+@pytest.mark.parametrize("transpose", (True, False), ids=("wT", "wN"))
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+@pytest.mark.parametrize("n", (8, 64, 264, 1000, 1024, 2048, 4096, 8192))
+def test_wgmma(n, dtype, transpose, variant):
+    """The Hopper kernel (compute capability 9.0 only), both W layouts; "wgmma_swap" exchanges the
+    N-major descriptor's stride fields (a device probe: only one of the two can be right for W as [k][n])."""
+    if not sq.has_wgmma():
+        pytest.skip("needs a compute capability 9.0 device")
+    for m in (1, 33, 4096) + ((65536,) if n == 4096 else ()):
+        check_product(m, n, dtype, transpose, variant=variant)
+
+
+@torch_gpu
+def test_float32_refuses_mma_variants():
+    a, w = randn((4, 8), "float32"), randn((8, 8), "float32")
+    before = a.clone()
+    with pytest.raises(ValueError, match="float16 / bfloat16"):
+        sq.square_matmul_impl(a, w, variant="mma128")
+    with pytest.raises(ValueError, match="variant must be one of"):
+        sq.square_matmul_impl(a, w, variant="tiled")
+    assert torch.equal(a, before)
 
 
 @torch_gpu
@@ -105,15 +144,16 @@ def test_leading_dims_and_empty(dtype):
 def test_unaligned_base_pointer(dtype, n):
     """A view starting one element into its storage: not 16-byte aligned, so the scalar-load kernels."""
     m = 300
-    for transpose in (False, True):
+    for transpose, variant in ((False, "auto"), (True, "auto"), (False, "mma128"), (True, "mma128")):
+        if variant != "auto" and dtype == "float32":
+            continue
         buf = randn((m * n + 1,), dtype)
         a = buf[1:].view(m, n)
         wbuf = randn((n * n + 1,), dtype, 1 / n ** 0.5)
         w = wbuf[1:].view(n, n)
         ref = reference(a, w, transpose)
         head = buf[0].clone()
-        with torch.no_grad():
-            ck.square_matmul_(a, w, transpose=transpose)
+        sq.square_matmul_impl(a, w, transpose, variant=variant)
         assert rel(a, ref) <= TOL[dtype]
         assert buf[0] == head  # the element before the view is untouched
 
@@ -294,8 +334,12 @@ def test_inplace_linear_state_dict_cpu():
 
 
 def test_plan_and_limits():
-    tiles_n, rbs, total, grid = sq.plan("float16", 65536, 4096, 264)
+    tiles_n, rbs, total, grid = sq.plan(65536, 4096, 128, 264)
     assert (tiles_n, rbs, total, grid) == (32, 512, 16384, 264)
-    assert sq.plan("float32", 1, 1, 264) == (1, 1, 1, 1)
-    assert sq.max_n(264) == 264 * 128 >= 8192
-    assert sq.MMA_SMEM == 65536
+    assert sq.plan(65536, 4097, 256, 132) == (17, 512, 17 * 512, 132)
+    assert sq.plan(1, 1, 128, 264) == (1, 1, 1, 1)
+    assert sq.max_n(264, 128) == sq.max_n(132, 256) == 33792 >= 8192
+    assert sq.mma_smem(128) == 65536 and sq.mma_smem(256) == 98304
+    assert sq.tile_cols("float32", "auto") == 128 and sq.tile_cols("float16", "mma128") == 128
+    assert set(sq.VARIANTS) == {"auto", "wgmma", "mma256", "mma128", "seed", "wgmma_swap"}
+    assert sq.WGMMA_SMEM == 4 * (128 * 64 + 64 * 256) * 2 + 1024

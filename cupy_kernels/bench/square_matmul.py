@@ -3,9 +3,18 @@ bfloat16, against torch.matmul (cuBLAS; TF32 off for float32), with TFLOP/s and 
 each needs beyond its inputs (in the note); plus the seed's ladder rung on a smaller problem."""
 from __future__ import annotations
 
+import os
+
 from . import Group, suite
 
 M = 65536
+
+
+def _probed():
+    """Hopper variants the device probe (scripts/gpu_square_matmul.sh) found correct, as (variant, transpose)
+    pairs from SQMM_WGMMA="wgmma:N,wgmma:T,..."; without the variable, the default's own choice only."""
+    items = [x.split(":") for x in os.environ.get("SQMM_WGMMA", "").split(",") if ":" in x]
+    return [(v, t == "T") for v, t in items]
 
 
 def _inputs(m, n, dtype):
@@ -43,6 +52,7 @@ def square_matmul_suite(quick: bool):
 
     import cupy_kernels as ck
     from .. import torch_ops
+    from ..ops.square_matmul import square_matmul_impl
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
@@ -61,19 +71,22 @@ def square_matmul_suite(quick: bool):
             note = (f"extra memory beyond a + w: ours {_mb(ours_extra)} ({100 * ours_extra / a.nbytes:.3f}% of a), "
                     f"torch.matmul {_mb(torch_extra)} ({100 * torch_extra / a.nbytes:.0f}% of a)")
             print(f"  square_matmul {M}x{n} {dtype}: {note}")
-            out = torch.empty_like(a)
-            yield Group("square_matmul_", f"{M}x{n} @ {n}x{n}", dtype,
-                        {"cupy_kernels (in place)": lambda: ck.square_matmul_(ac, wc),
-                         "cupy_kernels via torch op": ours_torch,
-                         "cupy_kernels transpose=True": lambda: ck.square_matmul_(ac, wc, transpose=True),
-                         "torch.matmul (cuBLAS)": lambda: torch.matmul(a, w),
-                         "torch.matmul(out=)": lambda: torch.matmul(a, w, out=out)},
+            impls = {"cupy_kernels (in place)": lambda: ck.square_matmul_(ac, wc),
+                     "cupy_kernels via torch op": ours_torch,
+                     "cupy_kernels transpose=True": lambda: ck.square_matmul_(ac, wc, transpose=True)}
+            if dtype != "float32":
+                for v, tr in _probed():
+                    impls[f"ladder {v}{' transpose=True' if tr else ''}"] = \
+                        lambda v=v, tr=tr: square_matmul_impl(ac, wc, tr, variant=v)
+                for v in ("mma256", "mma128"):
+                    impls[f"ladder {v}"] = lambda v=v: square_matmul_impl(ac, wc, variant=v)
+                impls["ladder mma256 transpose=True"] = lambda: square_matmul_impl(ac, wc, True, variant="mma256")
+            impls["torch.matmul (cuBLAS)"] = lambda: torch.matmul(a, w)
+            yield Group("square_matmul_", f"{M}x{n} @ {n}x{n}", dtype, impls,
                         bytes=2 * a.nbytes + w.nbytes, flops=2 * M * n * n, note=note)
-            del a, w, ac, wc, out
+            del a, w, ac, wc, impls
             torch.cuda.empty_cache()
     # The ladder: the seed's warp-per-row kernel (n <= 2048) on a problem it finishes in reasonable time.
-    from ..ops.square_matmul import square_matmul_impl
-
     for dtype in ("float32",) if quick else ("float32", "float16"):
         m, n = 4096, 1024
         a, w, ac, wc = _inputs(m, n, dtype)

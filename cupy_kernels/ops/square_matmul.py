@@ -11,12 +11,19 @@ import numpy as np
 from .._runtime import CTYPES, Call, KernelSource, ceil_div, is_torch, resident_blocks, use_shared_memory
 
 SOURCE = KernelSource("square_matmul.cu")
+SOURCE90 = KernelSource("square_matmul_sm90.cu", options=("-arch=sm_90a",))  # wgmma: Hopper only
 DTYPES = ("float32", "float16", "bfloat16")
-BM = BN = 128          # tile of the default kernels (sqmm::BM / BN)
+BM = 128               # rows of a tile (sqmm::BM); columns: 128 (FP32, mma128) or 256 (mma256)
 THREADS = 256
-MMA_SMEM = 4 * (BM * 32 + 32 * BN) * 2   # sqmm::MMA_SMEM: 4 stages of 128x32 + 32x128 half tiles
 SEED_MAX_N = 2048      # the seed kernel's 64-entry register buffer x 32 lanes
-VARIANTS = ("tiled", "seed")  # the ladder, fastest first; "tiled" is the default
+# The ladder: "auto" (the default: FP32 SIMT for float32; for half types wgmma where the device has it
+# and the rows are 16-byte aligned, else mma256), "wgmma" (Hopper warpgroup MMA, 128 x 256 tiles),
+# "mma256" (mma.sync, 128 x 256 tiles, one block per SM), "mma128" (mma.sync, 128 x 128 tiles, two blocks
+# per SM), "seed" (the seed article's warp-per-row kernel). "wgmma_swap" is a device probe of the
+# descriptor stride fields (see square_matmul_sm90.cu).
+VARIANTS = ("auto", "wgmma", "mma256", "mma128", "seed", "wgmma_swap")
+WGMMA_SMEM = 4 * (BM * 64 + 64 * 256) * 2 + 1024  # sqmm90::SMEM
+AUTO_WGMMA = False  # set from the device runs
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -24,18 +31,41 @@ def _b(v: bool) -> str:
     return "true" if v else "false"
 
 
-def tiled_name(dtype: str, trans: bool, aligned: bool) -> str:
+def mma_smem(tbn: int) -> int:
+    """sqmm::MmaSmem<TBN>::bytes: 4 stages of a 128 x 32 A tile and a 32 x TBN W tile, 2-byte elements."""
+    return 4 * (BM * 32 + 32 * tbn) * 2
+
+
+def tile_cols(dtype: str, variant: str = "auto") -> int:
+    if dtype == "float32":
+        return 128
+    return 128 if variant == "mma128" else 256
+
+
+def tiled_name(dtype: str, trans: bool, aligned: bool, tbn: int = 256) -> str:
     if dtype == "float32":
         return f"sqmm_simt<{_b(trans)}, {_b(aligned)}>"
-    return f"sqmm_mma<{CTYPES[dtype]}, {_b(trans)}, {_b(aligned)}>"
+    return f"sqmm_mma<{CTYPES[dtype]}, {_b(trans)}, {_b(aligned)}, {tbn}>"
+
+
+def wgmma_name(dtype: str, trans: bool) -> str:
+    return f"sqmm_wgmma<{CTYPES[dtype]}, {_b(trans)}>"
 
 
 def seed_name(dtype: str, trans: bool) -> str:
     return f"sqmm_seed<{CTYPES[dtype]}, {_b(trans)}>"
 
 
-SOURCE.declare([tiled_name(t, tr, al) for t in DTYPES for tr in (False, True) for al in (True, False)]
+SOURCE.declare([tiled_name(t, tr, al, tbn) for t in DTYPES for tbn in ((128,) if t == "float32" else (256, 128))
+                for tr in (False, True) for al in (True, False)]
                + [seed_name(t, tr) for t in DTYPES for tr in (False, True)])
+SOURCE90.declare([wgmma_name(t, tr) for t in ("float16", "bfloat16") for tr in (False, True)])
+
+
+def has_wgmma() -> bool:
+    from .._runtime import current
+
+    return current().cc == 90
 
 
 def _dtype(x) -> str:
@@ -110,7 +140,7 @@ def _aligned(dtype, n, *arrays) -> bool:
     return n % (16 // ITEMSIZE[dtype]) == 0 and all(x.data.ptr % 16 == 0 for x in arrays)
 
 
-def square_matmul_impl(a, w, transpose=False, bias=None, variant="tiled", op="square_matmul_"):
+def square_matmul_impl(a, w, transpose=False, bias=None, variant="auto", op="square_matmul_"):
     """The kernels' path for either kind of input (no autograd): writes a @ w (a @ w.T with transpose)
     + bias into a and returns a."""
     if variant not in VARIANTS:
@@ -129,44 +159,64 @@ def square_matmul_impl(a, w, transpose=False, bias=None, variant="tiled", op="sq
                                  f"buffer per lane); got n = {n}")
             SOURCE.kernel(seed_name(dtype, trans))((ceil_div(m, 4),), (128,), (a2, wc, np.int64(m), np.int32(n)))
             return a
-        _launch_tiled(call, a2, wc, bc, trans, dtype, op)
+        if dtype == "float32" and variant != "auto":
+            raise ValueError(f"{op}: variant {variant!r} is for float16 / bfloat16 (float32 runs on FP32 SIMT)")
+        aligned = _aligned(dtype, n, a2, wc)  # the bias is read element by element
+        wg = variant in ("wgmma", "wgmma_swap") or (variant == "auto" and AUTO_WGMMA and dtype != "float32")
+        if wg and not (has_wgmma() and aligned):
+            if variant != "auto":
+                raise ValueError(f"{op}: variant {variant!r} needs a compute capability 9.0 device and n % 8 == 0 "
+                                 f"with 16-byte aligned a and w")
+            wg = False
+        if wg:
+            _launch_wgmma(call, a2, wc, bc, trans, dtype, op, int(variant == "wgmma_swap"))
+        else:
+            _launch_tiled(call, a2, wc, bc, trans, dtype, op, tile_cols(dtype, variant), aligned)
         return a
 
 
-def plan(dtype, m, n, resident):
+def plan(m, n, tbn, resident):
     """(tiles_n, row blocks, total tiles, grid) of the tiled kernels for a wave of `resident` blocks."""
-    tiles_n, rbs = ceil_div(n, BN), ceil_div(m, BM)
+    tiles_n, rbs = ceil_div(n, tbn), ceil_div(m, BM)
     total = tiles_n * rbs
     return tiles_n, rbs, total, min(resident, total)
 
 
-def max_n(resident: int) -> int:
+def max_n(resident: int, tbn: int) -> int:
     """Largest n the tiled kernels take on a device holding `resident` blocks at once: every column
     tile of a row block must be resident together (they wait for each other before writing)."""
-    return resident * BN
+    return resident * tbn
 
 
-def _launch_tiled(call, a2, wc, bc, trans, dtype, op):
+def _launch_tiled(call, a2, wc, bc, trans, dtype, op, tbn, aligned):
+    kernel = SOURCE.kernel(tiled_name(dtype, trans, aligned, tbn))
+    smem = 0 if dtype == "float32" else mma_smem(tbn)
+    _launch_persistent(call, kernel, smem, tbn, a2, wc, bc, op, ())
+
+
+def _launch_wgmma(call, a2, wc, bc, trans, dtype, op, mn_swap):
+    kernel = SOURCE90.kernel(wgmma_name(dtype, trans))
+    _launch_persistent(call, kernel, WGMMA_SMEM, 256, a2, wc, bc, op, (np.int32(mn_swap),))
+
+
+def _launch_persistent(call, kernel, smem, tbn, a2, wc, bc, op, extra):
     m, n = a2.shape
     if n >= 2 ** 31:
         raise ValueError(f"{op}: n = {n} is too large (int32 column index)")
-    aligned = _aligned(dtype, n, a2, wc, *(() if bc is None else (bc,)))
-    kernel = SOURCE.kernel(tiled_name(dtype, trans, aligned))
-    smem = 0 if dtype == "float32" else MMA_SMEM
     if smem:
-        use_shared_memory(kernel, smem, f"{op} ({dtype})")
+        use_shared_memory(kernel, smem, op)
     resident = resident_blocks(kernel, THREADS, smem)
-    tiles_n, rbs, total, grid = plan(dtype, m, n, resident)
+    tiles_n, rbs, total, grid = plan(m, n, tbn, resident)
     if tiles_n > resident:
-        raise ValueError(f"{op}: n = {n} needs {tiles_n} column tiles of {BN} resident at once, but this device "
-                         f"holds {resident} blocks of this kernel (n <= {max_n(resident)} here)")
+        raise ValueError(f"{op}: n = {n} needs {tiles_n} column tiles of {tbn} resident at once, but this device "
+                         f"holds {resident} blocks of this kernel (n <= {max_n(resident, tbn)} here)")
     if total + grid >= 2 ** 32:
         raise ValueError(f"{op}: {m} x {n} has too many tiles for the 32-bit tile counter; split the rows")
     ctrl = call.empty((1 + rbs,), "int32")
     ctrl.fill(0)
     kernel((grid,), (THREADS,),
            (a2, wc, bc if bc is not None else wc, np.int32(bc is not None), np.int64(m), np.int32(n), ctrl,
-            np.uint32(tiles_n), np.uint32(total)), shared_mem=smem)
+            np.uint32(tiles_n), np.uint32(total), *extra), shared_mem=smem)
 
 
 # ---- public API: torch tensors go through the custom op ------------------------------------------

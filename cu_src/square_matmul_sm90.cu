@@ -1,0 +1,182 @@
+// In-place square matmul on Hopper's warpgroup tensor cores (wgmma, sm_90a only): the same schedule as
+// square_matmul.cu (persistent tiles in row-block order; every tile of a 128-row block waits until all
+// column tiles of the block have read A, then overwrites its rows), with the tile product on wgmma.
+// Compiled with -arch=sm_90a (the host loads this file only on compute capability 9.0 devices); on any
+// other target the kernel bodies are empty.
+#include "square_matmul.cu"
+
+namespace sqmm90 {
+using namespace sqmm;
+
+constexpr int BK = 64, STAGES = 4, TBN = 256;
+constexpr int A_STAGE = BM * BK, B_STAGE = BK * TBN;     // elements per stage: 16 KB + 32 KB
+constexpr int SMEM = STAGES * (A_STAGE + B_STAGE) * 2 + 1024;  // + slack for 1024-byte alignment
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Shared-memory matrix descriptor, 128-byte swizzle: start address, leading / stride byte offsets.
+__device__ __forceinline__ unsigned long long desc128(unsigned saddr, unsigned lbo, unsigned sbo) {
+  return (unsigned long long)((saddr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
+         ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ULL << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// D(64 x 128, float) += A(64 x 16, K-major descriptor) * B(16 x 128, descriptor; TB = 1: N-major).
+template <typename T, int TB> __device__ __forceinline__ void wgmma128(float* d, unsigned long long da,
+                                                                       unsigned long long db) {
+  if constexpr (Same<T, half>::value) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, %66;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "n"(TB));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, %66;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "n"(TB));
+  }
+}
+#endif
+
+// One m64n128 accumulator fragment (+ bias) into A: d[4j .. 4j+1] at (row, col + 8j), d[4j+2 ..] at row + 8.
+template <typename T>
+__device__ __forceinline__ void store_half_tile(const float (&d)[64], T* a, const T* bias, int has_bias, long long m,
+                                                int n, long long row, int col) {
+  typedef typename Pair2<T>::type P2;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int c = col + j * 8;
+    if (c >= n) continue;
+    const float b0 = has_bias ? cast<float>(bias[c]) : 0.0f, b1 = has_bias ? cast<float>(bias[c + 1]) : 0.0f;
+    if (row < m) *reinterpret_cast<P2*>(a + row * n + c) = Pair2<T>::make(d[4 * j] + b0, d[4 * j + 1] + b1);
+    if (row + 8 < m) *reinterpret_cast<P2*>(a + (row + 8) * n + c) = Pair2<T>::make(d[4 * j + 2] + b0, d[4 * j + 3] + b1);
+  }
+}
+
+// Tensor-core (wgmma) kernel for float16 / bfloat16, Hopper only. Launch: persistent 1-D grid of at most
+// one wave (one block per SM, >= tiles_n blocks), 256 threads = 2 warpgroups, each computing 64 rows x 256
+// columns of the 128 x 256 tile as two m64n128k16 products per 16-wide k step; SMEM bytes of dynamic
+// shared memory (4 stages of 128 x 64 A and 64 x 256 W tiles, 128-byte swizzled, filled by cp.async two
+// stages ahead); ctrl zeroed; mn_swap 0. n % 8 == 0 and a, w 16-byte aligned (the host checks); any m, any such n
+// with ceil(n / 256) <= grid.
+template <typename T, bool TRANS>
+__global__ void __launch_bounds__(THREADS, 1)
+sqmm_wgmma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias, long long m, int n,
+           unsigned* ctrl, unsigned tiles_n, unsigned total_tiles, int mn_swap) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // N-major W tiles: atoms 8 KB apart along n, 8-row k groups 1 KB apart. Which descriptor field holds
+  // which stride (leading = along n, stride = along k, as CUTLASS's canonical layouts say) is a run-time
+  // switch so that the device can confirm it (mn_swap = 1 exchanges them).
+  const unsigned mn_lbo = mn_swap ? 1024 : 8192, mn_sbo = mn_swap ? 8192 : 1024;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const unsigned raw = smem_addr(smem_raw);
+  unsigned char* base = smem_raw + (((raw + 1023) & ~1023u) - raw);
+  T* As = reinterpret_cast<T*>(base);             // STAGES x [128 rows][64 k], row = 128 bytes
+  T* Bs = As + STAGES * A_STAGE;                  // STAGES x W tile (layout below)
+  __shared__ unsigned ticket;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wgp = warp >> 2, wq = warp & 3;
+  const int ktiles = (n + BK - 1) / BK;
+  // Byte offset of 16-byte chunk c of row r in a [rows][64] tile: chunk XOR (row % 8) (the hardware's
+  // 128-byte swizzle on 1024-byte aligned tiles).
+  auto kmaj = [](int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); };
+  auto load = [&](int s, int k0, long long row0, int n0) {
+    unsigned char* as = reinterpret_cast<unsigned char*>(As + s * A_STAGE);
+    unsigned char* bs = reinterpret_cast<unsigned char*>(Bs + s * B_STAGE);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // A: 128 rows x 8 chunks
+      const int q = tid + i * THREADS, r = q >> 3, c = q & 7;
+      const long long row = row0 + r;
+      const int k = k0 + c * 8;
+      const bool ok = row < m && k < n;
+      cp_async16(smem_addr(as + kmaj(r, c)), ok ? a + row * n + k : a, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {  // W: 2048 chunks
+      const int q = tid + i * THREADS;
+      if (TRANS) {  // K-major [256 n][64 k]: W[n0 + r, k0 + 8c ...]
+        const int r = q >> 3, c = q & 7, col = n0 + r, k = k0 + c * 8;
+        const bool ok = col < n && k < n;
+        cp_async16(smem_addr(bs + kmaj(r, c)), ok ? w + (long long)col * n + k : w, ok ? 16 : 0);
+      } else {      // N-major: four 64-column atoms of [64 k][64 n] (8 KB each): W[k0 + r, n0 + 8c ...]
+        const int r = q >> 5, c = q & 31, k = k0 + r, col = n0 + c * 8;
+        const bool ok = k < n && col < n;
+        cp_async16(smem_addr(bs + (c >> 3) * 8192 + kmaj(r, c & 7)), ok ? w + (long long)k * n + col : w, ok ? 16 : 0);
+      }
+    }
+  };
+  for (;;) {
+    const unsigned t = take_ticket(ctrl, &ticket);
+    if (t >= total_tiles) return;
+    const unsigned rb = t / tiles_n;
+    const long long row0 = (long long)rb * BM;
+    const int n0 = (int)(t % tiles_n) * TBN;
+    float acc0[64], acc1[64];  // columns n0 + [0, 128) and n0 + [128, 256) of this warpgroup's 64 rows
+#pragma unroll
+    for (int e = 0; e < 64; ++e) acc0[e] = acc1[e] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < STAGES - 2; ++s) {
+      if (s < ktiles) load(s, s * BK, row0, n0);
+      cp_async_commit();
+    }
+    for (int kt = 0; kt < ktiles; ++kt) {
+      cp_async_wait<STAGES - 3>();
+      fence_async_shared();  // this thread's cp.async data, visible to the tensor cores' async proxy
+      __syncthreads();       // ... everyone's; and every warp's wgmma of tile kt - 2 has completed
+      const int nk = kt + STAGES - 2;
+      if (nk < ktiles) load(nk % STAGES, nk * BK, row0, n0);
+      cp_async_commit();
+      const int s = kt % STAGES;
+      const unsigned as = smem_addr(As + s * A_STAGE) + wgp * 64 * 128;
+      const unsigned bs = smem_addr(Bs + s * B_STAGE);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        const unsigned long long da = desc128(as + kk * 32, 16, 1024);
+        if (TRANS) {  // W^T half h: rows h * 128 ... of the [256][64] tile
+          wgmma128<T, 0>(acc0, da, desc128(bs + kk * 32, 16, 1024));
+          wgmma128<T, 0>(acc1, da, desc128(bs + 128 * 128 + kk * 32, 16, 1024));
+        } else {      // W half h: atoms 2h, 2h + 1 (LBO: atom stride; SBO: 8-row k group stride)
+          wgmma128<T, 1>(acc0, da, desc128(bs + kk * 2048, mn_lbo, mn_sbo));
+          wgmma128<T, 1>(acc1, da, desc128(bs + 2 * 8192 + kk * 2048, mn_lbo, mn_sbo));
+        }
+      }
+      wg_commit();
+      wg_wait<1>();  // tile kt - 1 done: its stage may be refilled after the next barrier
+    }
+    wg_wait<0>();
+    row_block_barrier(ctrl + 1 + rb, tiles_n);
+
+    const long long row = row0 + wgp * 64 + wq * 16 + (lane >> 2);
+    store_half_tile(acc0, a, bias, has_bias, m, n, row, n0 + (lane & 3) * 2);
+    store_half_tile(acc1, a, bias, has_bias, m, n, row, n0 + 128 + (lane & 3) * 2);
+  }
+#endif
+}
+
+}  // namespace sqmm90
+
+using sqmm90::sqmm_wgmma;
