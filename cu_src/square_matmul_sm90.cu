@@ -88,9 +88,9 @@ __global__ void __launch_bounds__(THREADS, 1)
 sqmm_wgmma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias, long long m, int n,
            unsigned* ctrl, unsigned tiles_n, unsigned total_tiles, int mn_swap) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  // N-major W tiles: atoms 8 KB apart along n, 8-row k groups 1 KB apart. Which descriptor field holds
-  // which stride (leading = along n, stride = along k, as CUTLASS's canonical layouts say) is a run-time
-  // switch so that the device can confirm it (mn_swap = 1 exchanges them).
+  // N-major W tiles: atoms 8 KB apart along n, 8-row k groups 1 KB apart: leading byte offset = the
+  // stride along n, stride byte offset = the stride along k, as CUTLASS's canonical layouts say. The H200
+  // confirmed it (mn_swap = 0); mn_swap = 1 exchanges the two fields and is wrong (kept for the probe).
   const unsigned mn_lbo = mn_swap ? 1024 : 8192, mn_sbo = mn_swap ? 8192 : 1024;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const unsigned raw = smem_addr(smem_raw);

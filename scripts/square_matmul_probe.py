@@ -1,6 +1,7 @@
-"""Device probe for the Hopper (wgmma) kernel of square_matmul_: one (variant, transpose) per process (a
-wrong shared-memory descriptor can fault and take the CUDA context with it). Prints one line; exit 0 when
-the product matches float64 (m = 4096, n = 1024 and n = 264, bfloat16 and float16)."""
+"""Device probe for a square_matmul_ variant (the Hopper wgmma kernel first of all): one (variant,
+transpose) per process (a wrong shared-memory descriptor can fault and take the CUDA context with it).
+Prints one line; exit 0 when the product matches float64 (m = 4096, n = 1024 and n = 264, bfloat16 and
+float16). Usage: square_matmul_probe.py VARIANT N|T"""
 import sys
 
 import torch

@@ -96,17 +96,44 @@ def test_mma_variants(n, dtype, variant):
 
 @torch_gpu
 @torch_gpu
-@pytest.mark.parametrize("variant", ("wgmma", "wgmma_swap"))
 @pytest.mark.parametrize("transpose", (True, False), ids=("wT", "wN"))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 @pytest.mark.parametrize("n", (8, 64, 264, 1000, 1024, 2048, 4096, 8192))
-def test_wgmma(n, dtype, transpose, variant):
-    """The Hopper kernel (compute capability 9.0 only), both W layouts; "wgmma_swap" exchanges the
-    N-major descriptor's stride fields (a device probe: only one of the two can be right for W as [k][n])."""
+def test_wgmma(n, dtype, transpose):
+    """The Hopper kernel (compute capability 9.0 only; the default there for aligned half inputs), both
+    W layouts."""
     if not sq.has_wgmma():
         pytest.skip("needs a compute capability 9.0 device")
     for m in (1, 33, 4096) + ((65536,) if n == 4096 else ()):
-        check_product(m, n, dtype, transpose, variant=variant)
+        check_product(m, n, dtype, transpose, variant="wgmma")
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_wgmma_bias(dtype):
+    """linear_ with a bias on the wgmma kernel (not yet the default: WGMMA_BIAS)."""
+    if not sq.has_wgmma():
+        pytest.skip("needs a compute capability 9.0 device")
+    for n in (264, 1024):
+        x = randn((1000, n), dtype)
+        weight, bias = randn((n, n), dtype, 1 / n ** 0.5), randn((n,), dtype)
+        ref = reference(x, weight, True, bias)
+        sq.square_matmul_impl(x, weight, True, bias, variant="wgmma", op="linear_")
+        assert rel(x, ref) <= TOL[dtype]
+
+
+def test_choose_kernel():
+    c = sq.choose_kernel
+    assert c("float32", "auto", True, True, False) == "simt"
+    assert c("bfloat16", "auto", True, True, False) == "wgmma"
+    assert c("float16", "auto", True, False, False) == "mma256"   # unaligned rows: scalar-load mma path
+    assert c("float16", "auto", False, True, False) == "mma256"   # not Hopper
+    assert c("float16", "auto", True, True, True) == ("wgmma" if sq.WGMMA_BIAS else "mma256")
+    assert c("float16", "mma128", True, True, False) == "mma128"
+    with pytest.raises(ValueError, match="compute capability 9.0"):
+        c("float16", "wgmma", False, True, False)
+    with pytest.raises(ValueError, match="float16 / bfloat16"):
+        c("float32", "wgmma", True, True, False)
 
 
 @torch_gpu
@@ -341,5 +368,5 @@ def test_plan_and_limits():
     assert sq.max_n(264, 128) == sq.max_n(132, 256) == 33792 >= 8192
     assert sq.mma_smem(128) == 65536 and sq.mma_smem(256) == 98304
     assert sq.tile_cols("float32", "auto") == 128 and sq.tile_cols("float16", "mma128") == 128
-    assert set(sq.VARIANTS) == {"auto", "wgmma", "mma256", "mma128", "seed", "wgmma_swap"}
+    assert set(sq.VARIANTS) == {"auto", "wgmma", "mma256", "mma128", "seed"}
     assert sq.WGMMA_SMEM == 4 * (128 * 64 + 64 * 256) * 2 + 1024

@@ -3,18 +3,9 @@ bfloat16, against torch.matmul (cuBLAS; TF32 off for float32), with TFLOP/s and 
 each needs beyond its inputs (in the note); plus the seed's ladder rung on a smaller problem."""
 from __future__ import annotations
 
-import os
-
 from . import Group, suite
 
 M = 65536
-
-
-def _probed():
-    """Hopper variants the device probe (scripts/gpu_square_matmul.sh) found correct, as (variant, transpose)
-    pairs from SQMM_WGMMA="wgmma:N,wgmma:T,..."; without the variable, the default's own choice only."""
-    items = [x.split(":") for x in os.environ.get("SQMM_WGMMA", "").split(",") if ":" in x]
-    return [(v, t == "T") for v, t in items]
 
 
 def _inputs(m, n, dtype):
@@ -74,10 +65,7 @@ def square_matmul_suite(quick: bool):
             impls = {"cupy_kernels (in place)": lambda: ck.square_matmul_(ac, wc),
                      "cupy_kernels via torch op": ours_torch,
                      "cupy_kernels transpose=True": lambda: ck.square_matmul_(ac, wc, transpose=True)}
-            if dtype != "float32":
-                for v, tr in _probed():
-                    impls[f"ladder {v}{' transpose=True' if tr else ''}"] = \
-                        lambda v=v, tr=tr: square_matmul_impl(ac, wc, tr, variant=v)
+            if dtype != "float32":  # the default is wgmma on Hopper (aligned rows), else mma256
                 for v in ("mma256", "mma128"):
                     impls[f"ladder {v}"] = lambda v=v: square_matmul_impl(ac, wc, variant=v)
                 impls["ladder mma256 transpose=True"] = lambda: square_matmul_impl(ac, wc, True, variant="mma256")

@@ -16,19 +16,38 @@ DTYPES = ("float32", "float16", "bfloat16")
 BM = 128               # rows of a tile (sqmm::BM); columns: 128 (FP32, mma128) or 256 (mma256)
 THREADS = 256
 SEED_MAX_N = 2048      # the seed kernel's 64-entry register buffer x 32 lanes
-# The ladder: "auto" (the default: FP32 SIMT for float32; for half types wgmma where the device has it
-# and the rows are 16-byte aligned, else mma256), "wgmma" (Hopper warpgroup MMA, 128 x 256 tiles),
-# "mma256" (mma.sync, 128 x 256 tiles, one block per SM), "mma128" (mma.sync, 128 x 128 tiles, two blocks
-# per SM), "seed" (the seed article's warp-per-row kernel). "wgmma_swap" is a device probe of the
-# descriptor stride fields (see square_matmul_sm90.cu).
-VARIANTS = ("auto", "wgmma", "mma256", "mma128", "seed", "wgmma_swap")
+# The ladder: "auto" (the default, see choose_kernel), "wgmma" (Hopper warpgroup MMA, 128 x 256 tiles,
+# sm_90a), "mma256" (mma.sync, 128 x 256 tiles, one block per SM), "mma128" (mma.sync, 128 x 128 tiles,
+# two blocks per SM), "seed" (the seed article's warp-per-row kernel, n <= 2048).
+VARIANTS = ("auto", "wgmma", "mma256", "mma128", "seed")
 WGMMA_SMEM = 4 * (BM * 64 + 64 * 256) * 2 + 1024  # sqmm90::SMEM
-AUTO_WGMMA = False  # set from the device runs
+# The wgmma kernel's bias epilogue has not run on a device yet (the H200 runs covered the product without
+# bias): until one confirms it, "auto" sends linear_ with a bias to mma256.
+WGMMA_BIAS = False
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def _b(v: bool) -> str:
     return "true" if v else "false"
+
+
+def choose_kernel(dtype: str, variant: str, hopper: bool, aligned: bool, has_bias: bool,
+                  op: str = "square_matmul_") -> str:
+    """Which kernel runs: "simt" (float32), "wgmma", "mma256" or "mma128". "auto" takes wgmma for half
+    types on a compute capability 9.0 device when a and w rows are 16-byte aligned (and no bias, see
+    WGMMA_BIAS): 1.35-1.5x the mma.sync tiles on an H200; else mma256."""
+    if dtype == "float32":
+        if variant != "auto":
+            raise ValueError(f"{op}: variant {variant!r} is for float16 / bfloat16 (float32 runs on FP32 SIMT)")
+        return "simt"
+    if variant == "wgmma":
+        if not (hopper and aligned):
+            raise ValueError(f"{op}: variant 'wgmma' needs a compute capability 9.0 device and n % 8 == 0 "
+                             f"with 16-byte aligned a and w")
+        return "wgmma"
+    if variant == "auto":
+        return "wgmma" if hopper and aligned and (WGMMA_BIAS or not has_bias) else "mma256"
+    return variant
 
 
 def mma_smem(tbn: int) -> int:
@@ -159,19 +178,12 @@ def square_matmul_impl(a, w, transpose=False, bias=None, variant="auto", op="squ
                                  f"buffer per lane); got n = {n}")
             SOURCE.kernel(seed_name(dtype, trans))((ceil_div(m, 4),), (128,), (a2, wc, np.int64(m), np.int32(n)))
             return a
-        if dtype == "float32" and variant != "auto":
-            raise ValueError(f"{op}: variant {variant!r} is for float16 / bfloat16 (float32 runs on FP32 SIMT)")
         aligned = _aligned(dtype, n, a2, wc)  # the bias is read element by element
-        wg = variant in ("wgmma", "wgmma_swap") or (variant == "auto" and AUTO_WGMMA and dtype != "float32")
-        if wg and not (has_wgmma() and aligned):
-            if variant != "auto":
-                raise ValueError(f"{op}: variant {variant!r} needs a compute capability 9.0 device and n % 8 == 0 "
-                                 f"with 16-byte aligned a and w")
-            wg = False
-        if wg:
-            _launch_wgmma(call, a2, wc, bc, trans, dtype, op, int(variant == "wgmma_swap"))
+        kind = choose_kernel(dtype, variant, has_wgmma(), aligned, bc is not None, op)
+        if kind == "wgmma":
+            _launch_wgmma(call, a2, wc, bc, trans, dtype, op)
         else:
-            _launch_tiled(call, a2, wc, bc, trans, dtype, op, tile_cols(dtype, variant), aligned)
+            _launch_tiled(call, a2, wc, bc, trans, dtype, op, 256 if kind == "mma256" else 128, aligned)
         return a
 
 
@@ -194,9 +206,10 @@ def _launch_tiled(call, a2, wc, bc, trans, dtype, op, tbn, aligned):
     _launch_persistent(call, kernel, smem, tbn, a2, wc, bc, op, ())
 
 
-def _launch_wgmma(call, a2, wc, bc, trans, dtype, op, mn_swap):
+def _launch_wgmma(call, a2, wc, bc, trans, dtype, op):
     kernel = SOURCE90.kernel(wgmma_name(dtype, trans))
-    _launch_persistent(call, kernel, WGMMA_SMEM, 256, a2, wc, bc, op, (np.int32(mn_swap),))
+    # mn_swap = 0: the descriptor convention the H200 confirmed (1 is wrong for W as [k][n])
+    _launch_persistent(call, kernel, WGMMA_SMEM, 256, a2, wc, bc, op, (np.int32(0),))
 
 
 def _launch_persistent(call, kernel, smem, tbn, a2, wc, bc, op, extra):
