@@ -452,7 +452,7 @@ __global__ void __launch_bounds__(256, 4) pad_brick_staged(
 // C == 1: rows a, columns i. Launch: grid (ceil(cols / 256) capped, <= 65535 rows), block 256; both
 // dimensions grid-stride (64-bit). Accumulates in float (double for double), in a fixed order.
 template <int FMODE, typename Tin, typename Tout>
-__global__ void __launch_bounds__(256) pad_gather(const Tin* __restrict__ g, Tout* __restrict__ r, long long A,
+__global__ void __launch_bounds__(256, 4) pad_gather(const Tin* __restrict__ g, Tout* __restrict__ r, long long A,
                                                   long long outk, long long n, long long C, long long before,
                                                   int fold, long long brows, long long bp0, long long bth,
                                                   long long stagger) {

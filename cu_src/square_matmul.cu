@@ -152,9 +152,9 @@ __device__ __forceinline__ void mma_load_stage(T* As, T* Bs, const T* a, const T
 // ctrl zeroed (1 + row blocks entries). Any m (64-bit rows), any n with ceil(n / TBN) <= grid. ALIGNED:
 // n % 8 == 0 and a, w 16-byte aligned (cp.async path). TBN = 128: 2 blocks per SM, whose
 // epilogues and barrier waits overlap; TBN = 256: one block per SM, 1.5x fewer shared-memory reads per
-// mma (64 x 64 warp tiles).
+// mma (64 x 64 warp tiles). Unaligned tiles take one block per SM: at two, NVRTC 13.0 spills 8-16 bytes.
 template <typename T, bool TRANS, bool ALIGNED, int TBN>
-__global__ void __launch_bounds__(THREADS, TBN == 128 ? 2 : 1)
+__global__ void __launch_bounds__(THREADS, (TBN == 128 && ALIGNED) ? 2 : 1)
 sqmm_mma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias, long long m, int n,
          unsigned* ctrl, unsigned tiles_n, unsigned total_tiles) {
   constexpr int NT = TBN / 32;  // n8 tiles per warp

@@ -111,7 +111,7 @@ def test_wgmma(n, dtype, transpose):
 @torch_gpu
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 def test_wgmma_bias(dtype):
-    """linear_ with a bias on the wgmma kernel (not yet the default: WGMMA_BIAS)."""
+    """linear_ with a bias on the wgmma kernel (the default since WGMMA_BIAS = True)."""
     if not sq.has_wgmma():
         pytest.skip("needs a compute capability 9.0 device")
     for n in (264, 1024):

@@ -21,9 +21,9 @@ SEED_MAX_N = 2048      # the seed kernel's 64-entry register buffer x 32 lanes
 # two blocks per SM), "seed" (the seed article's warp-per-row kernel, n <= 2048).
 VARIANTS = ("auto", "wgmma", "mma256", "mma128", "seed")
 WGMMA_SMEM = 4 * (BM * 64 + 64 * 256) * 2 + 1024  # sqmm90::SMEM
-# The wgmma kernel's bias epilogue has not run on a device yet (the H200 runs covered the product without
-# bias): until one confirms it, "auto" sends linear_ with a bias to mma256.
-WGMMA_BIAS = False
+# The wgmma kernel's bias epilogue passed test_wgmma_bias on the H200 (run at 6a35ccd): "auto" sends
+# linear_ with a bias to it too.
+WGMMA_BIAS = True
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
