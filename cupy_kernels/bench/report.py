@@ -90,10 +90,12 @@ def write(result: dict, out_dir: Path) -> None:
     rewrite the .md and .png from the merged set."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{_slug(result['device'])}.json"
+    stamp = lambda rows, res: [{"commit": res["commit"], "date": res["date"], **r} for r in rows]  # noqa: E731
+    result = dict(result, rows=stamp(result["rows"], result))
     if path.exists():
         old = json.loads(path.read_text())
         ran = {r["suite"] for r in result["rows"]}
-        kept = [r for r in old.get("rows", []) if r["suite"] not in ran]
+        kept = stamp([r for r in old.get("rows", []) if r["suite"] not in ran], old)
         result = dict(result, rows=kept + result["rows"])
     path.write_text(json.dumps(result, indent=1))
     path.with_suffix(".md").write_text(markdown(result))
@@ -109,14 +111,15 @@ def _fmt(v, spec):
 
 def markdown(result: dict) -> str:
     lines = [f"# {result['device']}", "",
-             f"{result['date']}, commit {result['commit']}, CuPy {result.get('cupy', '?')}; device-to-device copy "
+             f"Last run {result['date']}, commit {result['commit']} (each suite names its own), CuPy {result.get('cupy', '?')}; device-to-device copy "
              f"{result['copy_TBps']:.2f} TB/s (read + written). Times are medians of device events after an "
              "L2 flush; `x ours` > 1 means ours is that many times faster.", ""]
     suite = None
     for r in result["rows"]:
         if r["suite"] != suite:
             suite = r["suite"]
-            lines += ["", f"## {suite}", "", "| op | shape | dtype | impl | ms | GB/s | of copy | TFLOP/s | x ours |",
+            when = f" (commit {r['commit']}, {r['date']})" if "commit" in r else ""
+            lines += ["", f"## {suite}{when}", "", "| op | shape | dtype | impl | ms | GB/s | of copy | TFLOP/s | x ours |",
                       "|---|---|---|---|---:|---:|---:|---:|---:|"]
         impl = f"**{r['impl']}**" if r["ours"] else r["impl"]
         lines.append(f"| {r['op']} | {r['shape']} | {r['dtype']} | {impl} | {_fmt(r['ms'], '.4f')} | "
