@@ -5,6 +5,9 @@ import sys
 from pathlib import Path
 
 root = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(root))
+from cupy_kernels.bench.report import _peer_kind  # noqa: E402
+
 result = json.loads((root / "benchmarks" / (sys.argv[1] if len(sys.argv) > 1 else "NVIDIA_H200.json")).read_text())
 rows = result["rows"]
 
@@ -18,12 +21,12 @@ def fastest(p, is_peer):
     return min(times) if times else None
 
 
-def torch_peer(name):  # torch's own op or a torch formulation; fill_ is a floor reference, not a peer
-    return name.startswith(("torch", "F.")) and "fill_" not in name
+def torch_peer(name):
+    return _peer_kind(name) == "torch"
 
 
 def cupy_peer(name):
-    return name == "cupy" or name.startswith("cupy.")
+    return _peer_kind(name) == "cupy"
 
 
 lines = ["| suite | op | shape | dtype | ours ms | of copy | TFLOP/s | x fastest torch | x cupy |",

@@ -128,30 +128,47 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _peer_kind(name: str):
+    """'torch' (torch's op or a torch formulation), 'cupy' (CuPy's op), or None (ours, our variants, floors)."""
+    if name.startswith(("torch", "F.")) and "fill_" not in name:
+        return "torch"
+    if name == "cupy" or name.startswith("cupy."):
+        return "cupy"
+    return None
+
+
 def plot(result: dict, path: Path) -> None:
+    """One panel per suite: how many times faster ours is than the fastest torch formulation and than
+    CuPy's op, per case (log scale; above 1 = ours faster)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in result["rows"] if r.get("copy_frac")]
-    cases = list(dict.fromkeys(f"{r['op']} {r['shape']} {r['dtype']}" for r in rows))
-    impls = list(dict.fromkeys(r["impl"] for r in rows))
-    fig, ax = plt.subplots(figsize=(max(8, 0.5 * len(cases)), 5))
-    width = 0.8 / max(1, len(impls))
-    for i, impl in enumerate(impls):
-        xs, ys = [], []
-        for r in rows:
-            if r["impl"] == impl:
-                xs.append(cases.index(f"{r['op']} {r['shape']} {r['dtype']}") + i * width)
-                ys.append(r["copy_frac"])
-        ax.bar(xs, ys, width, label=impl)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))])
-    ax.set_xticklabels(cases, rotation=70, ha="right", fontsize=7)
-    ax.set_ylabel("fraction of copy bandwidth")
-    ax.set_title(f"{result['device']} ({result['date'][:10]}, {result['commit']})")
-    ax.legend(fontsize=7, ncol=2)
+    suites = list(dict.fromkeys(r["suite"] for r in result["rows"]))
+    fig, axes = plt.subplots(len(suites), 1, figsize=(12, 3.2 * len(suites)), squeeze=False)
+    for ax, suite in zip(axes[:, 0], suites):
+        rows = [r for r in result["rows"] if r["suite"] == suite and r["ms"]]
+        cases = list(dict.fromkeys((r["op"], r["shape"], r["dtype"]) for r in rows if r["ours"]))
+        for i, kind in enumerate(("torch", "cupy")):
+            xs, ys = [], []
+            for j, case in enumerate(cases):
+                same = [r for r in rows if (r["op"], r["shape"], r["dtype"]) == case]
+                ours = next(r["ms"] for r in same if r["ours"])
+                peers = [r["ms"] for r in same if _peer_kind(r["impl"]) == kind]
+                if peers:
+                    xs.append(j + (i - 0.5) * 0.4)
+                    ys.append(min(peers) / ours)
+            if xs:
+                ax.bar(xs, ys, 0.4, label=f"vs fastest {kind}")
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(cases)))
+        ax.set_xticklabels([f"{o} {s} {d}" for o, s, d in cases], rotation=30, ha="right", fontsize=6)
+        ax.set_ylabel("x faster")
+        ax.set_title(suite, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{result['device']}: ours vs peers ({result['date'][:10]})")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
