@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._runtime import CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, is_torch, use_shared_memory
+from .._runtime import (CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, dtype_name, is_torch,
+                        use_shared_memory)
 
 SOURCE = KernelSource("timex.cu")
 THREADS = 128                       # TX_THREADS in timex.cu
@@ -118,7 +119,7 @@ def _inputs(call, op, w, k, g=None):
     wc = call.arg(w, "w", dtypes=FLOAT_DTYPES, ndim=2)
     kc = call.arg(k, "k", dtypes=FLOAT_DTYPES, ndim=3)
     if wc.dtype != kc.dtype:
-        raise TypeError(f"{op}: w has dtype {_dtype_name(wc)} but k has {_dtype_name(kc)}; "
+        raise TypeError(f"{op}: w has dtype {dtype_name(wc)} but k has {dtype_name(kc)}; "
                         f"w and k must have the same dtype")
     B, C, T = kc.shape
     if tuple(wc.shape) != (C, T):
@@ -128,17 +129,12 @@ def _inputs(call, op, w, k, g=None):
     if g is not None:
         gc = call.arg(g, "grad_out", dtypes=FLOAT_DTYPES, ndim=3)
         if gc.dtype != kc.dtype:
-            raise TypeError(f"{op}: grad_out has dtype {_dtype_name(gc)} but k has {_dtype_name(kc)}; they must match")
+            raise TypeError(f"{op}: grad_out has dtype {dtype_name(gc)} but k has {dtype_name(kc)}; they must match")
         if tuple(gc.shape) != tuple(kc.shape):
             raise ValueError(f"{op}: grad_out must have the shape of k {tuple(kc.shape)}; got {tuple(gc.shape)}")
     if max(B, C, T) >= 2**31:
         raise ValueError(f"{op}: B, C and T must each be < 2**31; got k of shape {tuple(kc.shape)}")
     return wc, kc, gc
-
-
-def _dtype_name(arr) -> str:
-    name = str(arr.dtype)
-    return "bfloat16" if "bfloat16" in name else name
 
 
 # ---- forward ------------------------------------------------------------------------------------
@@ -167,7 +163,7 @@ def timex_impl(w, k, eps: float = 0.0, variant: str = "auto"):
     op = "timex"
     with Call(op, k, "k") as call:
         wc, kc, _ = _inputs(call, op, w, k)
-        dtype = _dtype_name(kc)
+        dtype = dtype_name(kc)
         B, C, T = kc.shape
         out = call.empty((B, C, T), dtype)
         if out.size == 0:
@@ -285,7 +281,7 @@ def timex_backward_impl(w, k, grad_out, variant: str = "auto"):
     op = "timex_backward"
     with Call(op, k, "k") as call:
         wc, kc, gc = _inputs(call, op, w, k, grad_out)
-        dtype = _dtype_name(kc)
+        dtype = dtype_name(kc)
         B, C, T = kc.shape
         gw = call.empty((C, T), dtype)
         gk = call.empty((B, C, T), dtype)
