@@ -32,12 +32,16 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = FwdPacks<T>::value;
   __shared__ A scratch[32];
-  const RowSlice<T> S(n, chunk, G, packs, parts, aligned);
-  const RowLayout<T>& L = S.L;
-  const T* wb = w ? w + S.begin : nullptr;
-  const T* bb = b ? b + S.begin : nullptr;
-  for (long long row = S.first_row; row < rows; row += S.row_step) {
-    const T* xr = x + row * n + S.begin;
+  const int gpb = blockDim.x / G, gi = threadIdx.x / G;
+  const int part = blockIdx.x % parts;
+  const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
+  const long long begin = part * chunk;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
+  const unsigned mask = group_mask(G);
+  const T* wb = w ? w + begin : nullptr;
+  const T* bb = b ? b + begin : nullptr;
+  for (long long row = rg * gpb + gi; row < rows; row += nrg * gpb) {
+    const T* xr = x + row * n + begin;
     P r[MAXP];
     load_packs<T, MAXP>(r, xr, L, 0.f);
     A mean = A(0), rstd;
@@ -48,7 +52,7 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
         if (p < packs)
 #pragma unroll
           for (int e = 0; e < V; ++e) s += cast<A>(r[p].v[e]);
-      s = row_reduce<SumOp>(s, G, S.mask, scratch);
+      s = row_reduce<SumOp>(s, G, mask, scratch);
       const A seg_mean = s / A(L.len);
       opaque<T, MAXP>(r);
       A m2 = A(0);
@@ -60,12 +64,12 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
             const A d = L.at(p) + e < L.len ? cast<A>(r[p].v[e]) - seg_mean : A(0);  // slots past the end: 0
             m2 += d * d;
           }
-      m2 = row_reduce<SumOp>(m2, G, S.mask, scratch);
+      m2 = row_reduce<SumOp>(m2, G, mask, scratch);
       mean = seg_mean;
       if (parts > 1) {
         // Chan et al.: M2 = sum over parts of m2_q + n_q * (mean_q - mean)^2.
         const A mine[2] = {s, m2};
-        const A* sl = row_parts<A, 2>(mine, slots, sync, row, S.part, parts, phase);
+        const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
         if (phase == 1) continue;
         // Parallel over the parts, then block reductions in fixed order (as sum_parts).
         A total = A(0);
@@ -90,10 +94,10 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
             const A v = cast<A>(r[p].v[e]);
             ss += v * v;
           }
-      ss = row_reduce<SumOp>(ss, G, S.mask, scratch);
+      ss = row_reduce<SumOp>(ss, G, mask, scratch);
       if (parts > 1) {
         const A mine[1] = {ss};
-        const A* sl = row_parts<A, 1>(mine, slots, sync, row, S.part, parts, phase);
+        const A* sl = row_parts<A, 1>(mine, slots, sync, row, part, parts, phase);
         if (phase == 1) continue;
         A t[1];
         sum_parts<A, 1>(sl, parts, t, scratch);
@@ -101,12 +105,12 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
       }
       rstd = acc_rsqrt<A>(ss / A(n) + eps);
     }
-    if (S.part == 0 && L.lane == 0) {
+    if (part == 0 && L.lane == 0) {
       if (mean_out) mean_out[row] = mean;
       if (rstd_out) rstd_out[row] = rstd;
     }
     opaque<T, MAXP>(r);
-    T* yr = y + row * n + S.begin;
+    T* yr = y + row * n + begin;
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
@@ -148,10 +152,14 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
   __shared__ A scratch[32];
   extern __shared__ unsigned char dyn_smem[];
   A* buf = reinterpret_cast<A*>(dyn_smem);
-  const RowSlice<T> S(n, chunk, G, packs, parts, aligned);
-  const RowLayout<T>& L = S.L;
-  const T* wb = w ? w + S.begin : nullptr;
-  const T* bb = b ? b + S.begin : nullptr;
+  const int gpb = blockDim.x / G, gi = threadIdx.x / G;
+  const int part = blockIdx.x % parts;
+  const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
+  const long long begin = part * chunk;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
+  const unsigned mask = group_mask(G);
+  const T* wb = w ? w + begin : nullptr;
+  const T* bb = b ? b + begin : nullptr;
   // Per-thread column accumulators in shared memory, slot k = p * V + e of thread t at
   // [k * blockDim.x + t] (conflict-free): registers stay free for the row data.
   A* acc_w = buf;
@@ -161,18 +169,18 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
 
   // The grid is persistent (one partial row per block), so each block walks several rows: the next
   // row's loads are issued before the current row is reduced and written (software pipelining).
-  const long long stride = S.row_step;
-  long long row = S.first_row;
+  const long long stride = nrg * gpb;
+  long long row = rg * gpb + gi;
   P nx[MAXP], nd[MAXP];
   A n_rstd = A(0), n_mean = A(0);
   if (row < rows) {
-    load_packs<T, MAXP>(nx, src + row * n + S.begin, L, 0.f);  // zero dy past the end: no contribution
-    load_packs<T, MAXP>(nd, dy + row * n + S.begin, L, 0.f);
+    load_packs<T, MAXP>(nx, src + row * n + begin, L, 0.f);  // zero dy past the end: no contribution
+    load_packs<T, MAXP>(nd, dy + row * n + begin, L, 0.f);
     n_rstd = rstd_in[row];
     if (MODE == LAYER && !FROM_OUTPUT) n_mean = mean_in[row];
   }
   for (; row < rows; row += stride) {
-    const long long off = row * n + S.begin;
+    const long long off = row * n + begin;
     P rx[MAXP], rd[MAXP];
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
@@ -205,11 +213,11 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
         }
       }
     }
-    if (MODE == LAYER) c1 = row_reduce<SumOp>(c1, G, S.mask, scratch);
-    c2 = row_reduce<SumOp>(c2, G, S.mask, scratch);
+    if (MODE == LAYER) c1 = row_reduce<SumOp>(c1, G, mask, scratch);
+    c2 = row_reduce<SumOp>(c2, G, mask, scratch);
     if (parts > 1) {
       const A mine[2] = {c1, c2};
-      const A* sl = row_parts<A, 2>(mine, slots, sync, row, S.part, parts, phase);
+      const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
       if (phase == 1) continue;
       A t[2];
       sum_parts<A, 2>(sl, parts, t, scratch);
@@ -248,8 +256,8 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
     for (int j = threadIdx.x; j < L.len; j += blockDim.x) {
       const int q = j / V, e = j % V, ln = q % G, p = q / G;
       A s = A(0);
-      for (int g2 = 0; g2 < S.gpb; ++g2) s += acc[(p * V + e) * blockDim.x + g2 * G + ln];
-      out[S.rg * n + S.begin + j] = s;
+      for (int g2 = 0; g2 < gpb; ++g2) s += acc[(p * V + e) * blockDim.x + g2 * G + ln];
+      out[rg * n + begin + j] = s;
     }
   }
 }

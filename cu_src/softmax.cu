@@ -41,10 +41,14 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_fwd(const
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = FwdPacks<T>::value;
   __shared__ A scratch[32];
-  const RowSlice<T> S(n, chunk, G, packs, parts, aligned);
-  const RowLayout<T>& L = S.L;
-  for (long long row = S.first_row; row < rows; row += S.row_step) {
-    const T* xr = x + row * n + S.begin;
+  const int gpb = blockDim.x / G, gi = threadIdx.x / G;
+  const int part = blockIdx.x % parts;
+  const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
+  const long long begin = part * chunk;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
+  const unsigned mask = group_mask(G);
+  for (long long row = rg * gpb + gi; row < rows; row += nrg * gpb) {
+    const T* xr = x + row * n + begin;
     P r[MAXP];
     load_packs<T, MAXP>(r, xr, L, -__int_as_float(0x7f800000));  // -inf: neutral for max and exp-sum
     A m = lowest<A>();
@@ -53,7 +57,7 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_fwd(const
       if (p < packs)
 #pragma unroll
         for (int e = 0; e < V; ++e) m = MaxOp::combine(m, cast<A>(r[p].v[e]));
-    m = row_reduce<MaxOp>(m, G, S.mask, scratch);
+    m = row_reduce<MaxOp>(m, G, mask, scratch);
     opaque<T, MAXP>(r);
     A s = A(0);
 #pragma unroll
@@ -61,16 +65,16 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_fwd(const
       if (p < packs)
 #pragma unroll
         for (int e = 0; e < V; ++e) s += fast_exp<A>(cast<A>(r[p].v[e]) - m);
-    s = row_reduce<SumOp>(s, G, S.mask, scratch);
+    s = row_reduce<SumOp>(s, G, mask, scratch);
     if (parts > 1) {
       const A mine[2] = {m, s};
-      const A* sl = row_parts<A, 2>(mine, slots, sync, row, S.part, parts, phase);
+      const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
       if (phase == 1) continue;
       combine_softmax_parts(sl, parts, m, s, scratch);
     }
     const A inv = A(1) / s, ls = acc_log<A>(s);
     opaque<T, MAXP>(r);
-    T* yr = y + row * n + S.begin;
+    T* yr = y + row * n + begin;
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
@@ -100,10 +104,14 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = RowPacks<T>::value;
   __shared__ A scratch[32];
-  const RowSlice<T> S(n, chunk, G, packs, parts, aligned);
-  const RowLayout<T>& L = S.L;
-  for (long long row = S.first_row; row < rows; row += S.row_step) {
-    const long long off = row * n + S.begin;
+  const int gpb = blockDim.x / G, gi = threadIdx.x / G;
+  const int part = blockIdx.x % parts;
+  const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
+  const long long begin = part * chunk;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
+  const unsigned mask = group_mask(G);
+  for (long long row = rg * gpb + gi; row < rows; row += nrg * gpb) {
+    const long long off = row * n + begin;
     P ry[MAXP], rd[MAXP];
     load_packs<T, MAXP>(ry, y + off, L, 0.f);
     load_packs<T, MAXP>(rd, dy + off, L, 0.f);
@@ -113,10 +121,10 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const
       if (p < packs)
 #pragma unroll
         for (int e = 0; e < V; ++e) c += MODE == SOFTMAX ? cast<A>(rd[p].v[e]) * cast<A>(ry[p].v[e]) : cast<A>(rd[p].v[e]);
-    c = row_reduce<SumOp>(c, G, S.mask, scratch);
+    c = row_reduce<SumOp>(c, G, mask, scratch);
     if (parts > 1) {
       const A mine[1] = {c};
-      const A* s = row_parts<A, 1>(mine, slots, sync, row, S.part, parts, phase);
+      const A* s = row_parts<A, 1>(mine, slots, sync, row, part, parts, phase);
       if (phase == 1) continue;
       A cs[1];
       sum_parts<A, 1>(s, parts, cs, scratch);

@@ -114,20 +114,6 @@ __device__ __forceinline__ unsigned group_mask(int G) {
   return ((1u << G) - 1u) << ((threadIdx.x & 31) & ~(G - 1));
 }
 
-// Where a thread of a rowwise kernel works: groups of G threads (gpb per block) take rows; a row
-// split over `parts` blocks gives block b the segment [begin, begin + chunk) of rows
-// (b / parts) * gpb + group, stepping by (grid / parts) * gpb rows.
-template <typename T> struct RowSlice {
-  int gpb, part;
-  long long rg, begin, first_row, row_step;
-  RowLayout<T> L;
-  unsigned mask;
-  __device__ __forceinline__ RowSlice(long long n, long long chunk, int G, int packs, int parts, int aligned)
-      : gpb(blockDim.x / G), part(blockIdx.x % parts), rg(blockIdx.x / parts), begin(part * chunk),
-        first_row(rg * gpb + threadIdx.x / G), row_step((long long)(gridDim.x / parts) * gpb),
-        L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0}, mask(group_mask(G)) {}
-};
-
 // Reduction over the threads sharing a row segment: a shuffle butterfly for a sub-warp group, the
 // block reduction (two barriers, fixed order) when the group is the block. Every thread gets it.
 template <typename Op, typename A>
