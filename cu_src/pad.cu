@@ -317,34 +317,114 @@ PAD_HD A pad_gather_one(const Tin* g, long long a, long long i, long long c, lon
   return acc;
 }
 
+// ---- Rows of >= 32 chunks, a warp per unit (pad_rows, the default): unit t is segment t % tpr of
+// row t / tpr, `tile_chunks` chunks long. Every lane decodes the row itself (same values on all
+// lanes: no shared memory, no barrier), then walks the unit's chunks PAD_BATCH at a time per lane,
+// loads first, stores after, so a warp keeps up to 32 * PAD_BATCH * 16 bytes in flight.
+template <typename T> struct PadBatch { static constexpr int value = sizeof(T) >= 4 ? 4 : (int)sizeof(T); };
+
+template <int MODE, typename T>
+PAD_HD void pad_rows_unit(const PadParams& p, const T* x, T* y, long long t, int lane) {
+  constexpr int B = PadBatch<T>::value;
+  long long row, seg;
+  pad_divmod(t, p.tpr, row, seg);
+  const PadRow r = pad_decode_row<MODE>(p, row);
+  const long long E = row * p.wtot;
+  const int w32 = (int)p.wtot, S = p.tile_chunks;
+  for (int j0 = 0; j0 < S; j0 += 32 * B) {
+    PadPack<T> v[B];
+    int col[B];
+#pragma unroll
+    for (int u = 0; u < B; ++u) {
+      const int j = j0 + u * 32 + lane;
+      col[u] = j < S ? pad_chunk_col<T>(E, (int)seg, S, j) : w32;
+      if (col[u] < w32) pad_load_chunk<MODE, T>(p, r, x, col[u], v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < B; ++u)
+      if (col[u] < w32) pad_store_chunk<T>(y, E, col[u], w32, v[u]);
+  }
+}
+
+// ---- Periodic rows (pad_periodic: brick, and wrap of a short last axis; blk == 1): the row's values
+// repeat every ln / gcd(ln, V) chunks, and the block's thread count is a multiple of that period, so
+// each thread computes its 16 bytes once per unit and stores them at every chunk it owns: the loop
+// is stores only. Unit t: segment t % tpr (tile_chunks chunks, a multiple of the block) of row t / tpr.
+struct PadPeriodicUnit {
+  long long E, src;  // element offset of the row in y; of its source row in x
+  int seg, end;      // segment, and its chunks (the row's last segment may be shorter)
+  int origin;        // output column of source column 0, in [0, ln)
+};
+
+// Unit t's row and segment (one thread decodes it for the block).
+PAD_HD PadPeriodicUnit pad_periodic_decode(const PadParams& p, long long t, int elems_per_chunk) {
+  const int V = elems_per_chunk;
+  PadPeriodicUnit u;
+  long long row, seg;
+  pad_divmod(t, p.tpr, row, seg);
+  const PadRow r = pad_decode_row<PAD_BRICK>(p, row);
+  u.E = row * p.wtot;
+  u.src = r.src;
+  u.origin = (int)pad_pmod(r.origin, p.ln);
+  u.seg = (int)seg;
+  const int nch = (int)(((u.E & (V - 1)) + p.wtot + V - 1) / V), rest = nch - u.seg * p.tile_chunks;
+  u.end = rest < p.tile_chunks ? rest : p.tile_chunks;
+  return u;
+}
+
+// This thread's 16 bytes of unit u (V scalar loads from the tile row; the same at all its chunks).
+template <typename T>
+PAD_HD void pad_periodic_pack(const PadParams& p, const T* x, const PadPeriodicUnit& u, int tid, PadPack<T>& v) {
+  constexpr int V = 16 / sizeof(T);
+  const int ln = (int)p.ln;
+  int q = pad_pmod32(pad_chunk_col<T>(u.E, u.seg, p.tile_chunks, tid) - u.origin, ln);
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    v.v[e] = x[u.src + q * p.lstride];
+    if (++q == ln) q = 0;
+  }
+}
+
+template <typename T>
+PAD_HD void pad_periodic_store(const PadParams& p, T* y, const PadPeriodicUnit& u, int tid, int threads,
+                               const PadPack<T>& v) {
+#pragma unroll 4
+  for (int j = tid; j < u.end; j += threads)
+    pad_store_chunk<T>(y, u.E, pad_chunk_col<T>(u.E, u.seg, p.tile_chunks, j), (int)p.wtot, v);
+}
+
 #ifndef PAD_HOST
+// Every forward kernel takes the same arguments (ops/pad.py Plan.args) and rebuilds PadParams.
 #define PAD_AXIS_ARGS(i) long long o##i, long long n##i, long long b##i, long long s##i
 #define PAD_AXIS_SET(i) p.out[i] = o##i; p.n[i] = n##i; p.before[i] = b##i; p.stride[i] = s##i;
+#define PAD_FORWARD_ARGS                                                                               \
+  const T* __restrict__ x, T* __restrict__ y, long long rows, long long wtot, long long tiles,         \
+      long long tpr, int tile_chunks, int unroll, int nd, int fold, PAD_AXIS_ARGS(0), PAD_AXIS_ARGS(1), \
+      PAD_AXIS_ARGS(2), PAD_AXIS_ARGS(3), PAD_AXIS_ARGS(4), PAD_AXIS_ARGS(5), long long lout,          \
+      long long ln, long long lbefore, long long lstride, long long blk, long long stagger, int contig, \
+      unsigned long long c0, unsigned long long c1, unsigned long long c2, unsigned long long c3,       \
+      unsigned long long c4, unsigned long long c5, unsigned long long c6, unsigned long long c7,       \
+      unsigned long long c8, unsigned long long c9, unsigned long long c10, unsigned long long c11,     \
+      unsigned long long c12, unsigned long long c13
+#define PAD_FORWARD_PARAMS(p)                                                                          \
+  PadParams p;                                                                                         \
+  p.rows = rows; p.wtot = wtot; p.tiles = tiles; p.tpr = tpr; p.tile_chunks = tile_chunks;            \
+  p.unroll = unroll; p.nd = nd; p.fold = fold;                                                         \
+  PAD_AXIS_SET(0) PAD_AXIS_SET(1) PAD_AXIS_SET(2) PAD_AXIS_SET(3) PAD_AXIS_SET(4) PAD_AXIS_SET(5)      \
+  p.lout = lout; p.ln = ln; p.lbefore = lbefore; p.lstride = lstride; p.blk = blk;                     \
+  p.stagger = stagger; p.contig = contig;                                                              \
+  p.cval[0] = c0; p.cval[1] = c1; p.cval[2] = c2; p.cval[3] = c3; p.cval[4] = c4; p.cval[5] = c5;      \
+  p.cval[6] = c6; p.cval[7] = c7; p.cval[8] = c8; p.cval[9] = c9; p.cval[10] = c10;                    \
+  p.cval[11] = c11; p.cval[12] = c12; p.cval[13] = c13;
 
-// Forward. Wide rows (tile_chunks > 0): grid-stride over tiles of `tile_chunks` 16-byte chunks of one
-// row; block = tile_chunks / unroll threads (<= 256); thread 0 decodes the block's next row while
-// the block copies the current one (double-buffered in shared memory, one barrier per tile).
-// Narrow rows (tile_chunks == 0): any 1-D grid, one chunk per thread per step. 64-bit indices; y must
-// be 16-byte aligned; x any alignment and strides.
+// Forward, the "tiled" rung. Wide rows (tile_chunks > 0): grid-stride over tiles of `tile_chunks`
+// 16-byte chunks of one row; block = tile_chunks / unroll threads (<= 256); thread 0 decodes the
+// block's next row while the block copies the current one (double-buffered in shared memory, one
+// barrier per tile). Narrow rows (tile_chunks == 0, also the "flat" rung): any 1-D grid, one chunk
+// per thread per step. 64-bit indices; y must be 16-byte aligned; x any alignment and strides.
 template <int MODE, typename T>
-__global__ void __launch_bounds__(256, sizeof(T) >= 4 ? 4 : 3) pad_forward(
-    const T* __restrict__ x, T* __restrict__ y, long long rows, long long wtot, long long tiles,
-    long long tpr, int tile_chunks, int unroll, int nd, int fold, PAD_AXIS_ARGS(0), PAD_AXIS_ARGS(1),
-    PAD_AXIS_ARGS(2), PAD_AXIS_ARGS(3), PAD_AXIS_ARGS(4), PAD_AXIS_ARGS(5), long long lout, long long ln,
-    long long lbefore, long long lstride, long long blk, long long stagger, int contig,
-    unsigned long long c0, unsigned long long c1, unsigned long long c2, unsigned long long c3,
-    unsigned long long c4, unsigned long long c5, unsigned long long c6, unsigned long long c7,
-    unsigned long long c8, unsigned long long c9, unsigned long long c10, unsigned long long c11,
-    unsigned long long c12, unsigned long long c13) {
-  PadParams p;
-  p.rows = rows; p.wtot = wtot; p.tiles = tiles; p.tpr = tpr; p.tile_chunks = tile_chunks;
-  p.unroll = unroll; p.nd = nd; p.fold = fold;
-  PAD_AXIS_SET(0) PAD_AXIS_SET(1) PAD_AXIS_SET(2) PAD_AXIS_SET(3) PAD_AXIS_SET(4) PAD_AXIS_SET(5)
-  p.lout = lout; p.ln = ln; p.lbefore = lbefore; p.lstride = lstride; p.blk = blk; p.stagger = stagger;
-  p.contig = contig;
-  p.cval[0] = c0; p.cval[1] = c1; p.cval[2] = c2; p.cval[3] = c3; p.cval[4] = c4; p.cval[5] = c5;
-  p.cval[6] = c6; p.cval[7] = c7; p.cval[8] = c8; p.cval[9] = c9; p.cval[10] = c10; p.cval[11] = c11;
-  p.cval[12] = c12; p.cval[13] = c13;
+__global__ void __launch_bounds__(256, sizeof(T) >= 4 ? 4 : 3) pad_forward(PAD_FORWARD_ARGS) {
+  PAD_FORWARD_PARAMS(p)
   const int tid = threadIdx.x;
   if (tile_chunks == 0) {
     const long long nchunks = (rows * wtot + 16 / (long long)sizeof(T) - 1) / (16 / (long long)sizeof(T));
@@ -393,27 +473,14 @@ __global__ void __launch_bounds__(256, sizeof(T) >= 4 ? 4 : 3) pad_forward(
   }
 }
 
-// Brick, staged (the "staged" rung; ops/pad.py): per tile (one row) the block writes the row's
-// rotated tile row to shared memory (tw + V elements), then every chunk is one 16-byte shared load
-// when its column is a multiple of V mod tw (else V scalar ones) and one 16-byte store: no index
-// map per element. Launch: the wide path's grid and tiles, (tw + V) * sizeof(T) bytes (rounded up to
-// 16) of dynamic shared memory; three barriers per tile.
+// Brick, staged (the "staged" rung): per tile (one row) the block writes the row's rotated tile row
+// to shared memory (tw + V elements), then every chunk is one 16-byte shared load when its column is
+// a multiple of V mod tw (else V scalar ones) and one 16-byte store: no index map per element.
+// Launch: the wide path's grid and tiles, (tw + V) * sizeof(T) bytes (rounded up to 16) of dynamic
+// shared memory; three barriers per tile.
 template <typename T>
-__global__ void __launch_bounds__(256, 4) pad_brick_staged(
-    const T* __restrict__ x, T* __restrict__ y, long long rows, long long wtot, long long tiles,
-    long long tpr, int tile_chunks, int unroll, int nd, int fold, PAD_AXIS_ARGS(0), PAD_AXIS_ARGS(1),
-    PAD_AXIS_ARGS(2), PAD_AXIS_ARGS(3), PAD_AXIS_ARGS(4), PAD_AXIS_ARGS(5), long long lout, long long ln,
-    long long lbefore, long long lstride, long long blk, long long stagger, int contig,
-    unsigned long long c0, unsigned long long c1, unsigned long long c2, unsigned long long c3,
-    unsigned long long c4, unsigned long long c5, unsigned long long c6, unsigned long long c7,
-    unsigned long long c8, unsigned long long c9, unsigned long long c10, unsigned long long c11,
-    unsigned long long c12, unsigned long long c13) {
-  PadParams p;
-  p.rows = rows; p.wtot = wtot; p.tiles = tiles; p.tpr = tpr; p.tile_chunks = tile_chunks;
-  p.unroll = unroll; p.nd = nd; p.fold = fold;
-  PAD_AXIS_SET(0) PAD_AXIS_SET(1) PAD_AXIS_SET(2) PAD_AXIS_SET(3) PAD_AXIS_SET(4) PAD_AXIS_SET(5)
-  p.lout = lout; p.ln = ln; p.lbefore = lbefore; p.lstride = lstride; p.blk = blk; p.stagger = stagger;
-  p.contig = contig;
+__global__ void __launch_bounds__(256, 4) pad_brick_staged(PAD_FORWARD_ARGS) {
+  PAD_FORWARD_PARAMS(p)
   extern __shared__ __align__(16) unsigned char pad_smem[];
   T* buf = reinterpret_cast<T*>(pad_smem);
   __shared__ PadRow info;
@@ -443,6 +510,38 @@ __global__ void __launch_bounds__(256, 4) pad_brick_staged(
         pad_store_chunk<T>(y, E, col, w32, v);
       }
     }
+    __syncthreads();
+  }
+}
+
+// The default for rows of >= 32 chunks (pad_rows_unit above). Launch: blocks of 256 threads, grid
+// from the occupancy calculator (grid-stride over tiles = rows * tpr units of one warp each).
+template <int MODE, typename T>
+__global__ void __launch_bounds__(256, 4) pad_rows(PAD_FORWARD_ARGS) {
+  PAD_FORWARD_PARAMS(p)
+  const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+  for (long long t = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; t < tiles; t += warps)
+    pad_rows_unit<MODE, T>(p, x, y, t, threadIdx.x & 31);
+}
+
+// Brick and short-period wrap rows (pad_periodic_* above). Launch: blockDim a multiple of the row's
+// period in chunks (<= 256), tile_chunks a multiple of blockDim; grid-stride over the units. Thread 0
+// decodes the next unit into shared memory while the block stores the current one (the decode is
+// the costly part per thread: done by every thread it took more issue slots than the stores).
+template <typename T>
+__global__ void __launch_bounds__(256, 4) pad_periodic(PAD_FORWARD_ARGS) {
+  PAD_FORWARD_PARAMS(p)
+  constexpr int V = 16 / sizeof(T);
+  __shared__ PadPeriodicUnit info[2];
+  long long t = blockIdx.x;
+  if (threadIdx.x == 0 && t < tiles) info[0] = pad_periodic_decode(p, t, V);
+  __syncthreads();
+  for (int buf = 0; t < tiles; t += gridDim.x, buf ^= 1) {
+    const PadPeriodicUnit u = info[buf];
+    PadPack<T> v;
+    pad_periodic_pack<T>(p, x, u, threadIdx.x, v);
+    if (threadIdx.x == 0 && t + gridDim.x < tiles) info[buf ^ 1] = pad_periodic_decode(p, t + gridDim.x, V);
+    pad_periodic_store<T>(p, y, u, threadIdx.x, blockDim.x, v);
     __syncthreads();
   }
 }

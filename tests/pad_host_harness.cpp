@@ -3,7 +3,8 @@
 // use, one after another, so the index maps, axis merging, alignment paths and partial chunks are
 // checked against numpy.pad without a GPU. The barrier / shared-memory plumbing is not exercised.
 //
-// stdin: "forward" (or "staged": pad_brick_staged) itemsize kmode threads xshift xoffset xcount <pad_forward args after x, y>
+// stdin: the path ("forward": pad_forward's tiled and flat paths; "staged", "rows", "periodic": the
+//        kernels of those names) itemsize kmode threads xshift xoffset xcount <pad_forward args after x, y>
 //        then xcount * itemsize raw bytes; stdout: rows * wtot * itemsize raw bytes.
 //    or: "gather" fkind A outk n C before fold brows bp0 bth stagger, then A*outk*C doubles;
 //        stdout: A*n*C doubles.
@@ -22,11 +23,26 @@ static long long rd() {
   return v;
 }
 
-static bool g_staged = false;  // emulate pad_brick_staged instead of pad_forward
+static std::string g_path;  // the kernel to emulate
 
 template <int MODE, typename T>
 static void forward(PadParams& p, int threads, const T* x, T* y) {
-  if (MODE == PAD_BRICK && g_staged) {
+  if (g_path == "rows") {
+    for (long long t = 0; t < p.tiles; ++t)
+      for (int lane = 0; lane < 32; ++lane) pad_rows_unit<MODE, T>(p, x, y, t, lane);
+    return;
+  }
+  if (g_path == "periodic") {
+    for (long long t = 0; t < p.tiles; ++t)
+      for (int tid = 0; tid < threads; ++tid) {
+        const PadPeriodicUnit u = pad_periodic_decode(p, t, 16 / sizeof(T));
+        PadPack<T> v;
+        pad_periodic_pack<T>(p, x, u, tid, v);
+        pad_periodic_store<T>(p, y, u, tid, threads, v);
+      }
+    return;
+  }
+  if (MODE == PAD_BRICK && g_path == "staged") {
     const int V = 16 / sizeof(T);
     std::vector<PadPack<T>> storage((p.ln + V) / V + 1);
     T* buf = storage[0].v;
@@ -113,7 +129,7 @@ int main() {
     fwrite(r.data(), sizeof(double), r.size(), stdout);
     return 0;
   }
-  g_staged = std::string(what) == "staged";
+  g_path = what;
   const int itemsize = (int)rd(), kmode = (int)rd(), threads = (int)rd();
   const long long xshift = rd(), xoffset = rd(), xcount = rd();
   PadParams p;

@@ -237,13 +237,13 @@ def harness(tmp=Path("/tmp")) -> str | None:
     return str(exe)
 
 
-def harness_forward(exe, base, x, spec, xshift=0, rung="tiled"):
+def harness_forward(exe, base, x, spec, xshift=0, rung="default"):
     """Run the device functions over the launch the GPU would get, for the view `x` of `base`."""
     size = x.dtype.itemsize
     raw = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size]
     offset = (x.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // size
     p, _ = P._cached_plan(x.shape, [s // size for s in x.strides], size, spec, rung)
-    head = f"{'staged' if p.staged else 'forward'} {size} {p.kmode} {p.threads} {xshift} {offset} {base.size}\n"
+    head = f"{'forward' if p.path in ('flat', 'tiled') else p.path} {size} {p.kmode} {p.threads} {xshift} {offset} {base.size}\n"
     head += " ".join(str(int(v)) for v in p.args()) + "\n"
     out = subprocess.run([exe], input=head.encode() + base.view(raw).tobytes(), capture_output=True, check=True).stdout
     return np.frombuffer(out, dtype=x.dtype).reshape(spec.out_shape), p
@@ -283,7 +283,8 @@ def test_device_code_on_host_matches_numpy():
         base, x = random_view(g, shape, dtype)
         spec = P.normalize(shape, x.dtype, pad_width, mode, cv, stagger)
         try:
-            got, p = harness_forward(exe, base, x, spec, xshift=int(g.integers(0, 16 // x.dtype.itemsize)) * x.dtype.itemsize)
+            got, p = harness_forward(exe, base, x, spec, xshift=int(g.integers(0, 16 // x.dtype.itemsize)) * x.dtype.itemsize,
+                                     rung=P.RUNGS[i % len(P.RUNGS)])
         except P._TooManyAxes:
             continue
         ref = numpy_pad(np.ascontiguousarray(x), pad_width, mode, cv, stagger)
@@ -300,10 +301,11 @@ def test_device_code_on_host_matches_numpy():
             base = random_bits((math.prod(shape),), dtype, g)
             x = base.reshape(shape)
             spec = P.normalize(shape, x.dtype, pw, mode, 7 if mode == "constant" else 0, 10 if mode == "brick" else 0)
-            got, p = harness_forward(exe, base, x, spec, xshift=xshift)
-            assert p.unroll > 0, "expected the wide-row path"
-            assert same_bits(got, numpy_pad(x, pw, mode, 7 if mode == "constant" else 0, 10 if mode == "brick" else 0))
-            cases += 1
+            for rung in ("tiled", "rows", "default"):
+                got, p = harness_forward(exe, base, x, spec, xshift=xshift, rung=rung)
+                assert p.path != "flat", "expected a wide-row path"
+                assert same_bits(got, numpy_pad(x, pw, mode, 7 if mode == "constant" else 0, 10 if mode == "brick" else 0))
+                cases += 1
     assert cases > 500
 
 
@@ -326,12 +328,41 @@ def test_staged_brick_on_host_matches_numpy():
             got, p = harness_forward(exe, base, x, spec, rung="staged")
         except P._TooManyAxes:
             continue
-        staged += p.staged
+        staged += p.path == "staged"
         assert same_bits(got, numpy_pad(np.ascontiguousarray(x), pads, "brick", 0, stagger)), (shape, pads, stagger, dtype)
     x = random_bits((48, 32), "float32", g)
     got, p = harness_forward(exe, x, x, P.normalize(x.shape, x.dtype, BRICK_CASE, "brick", stagger=10), rung="staged")
-    assert p.staged and same_bits(got, numpy_pad(x, BRICK_CASE, "brick", 0, 10))
+    assert p.path == "staged" and same_bits(got, numpy_pad(x, BRICK_CASE, "brick", 0, 10))
     assert staged > 100
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
+def test_periodic_rows_on_host_matches_numpy():
+    """The stores-only path of brick and short-period wrap rows (pad_periodic), every thread of the launch."""
+    exe = harness()
+    g = rng()
+    periodic = 0
+    for i in range(400):
+        nd = int(g.integers(1, 4))
+        shape = tuple(int(v) for v in g.integers(1, 5, size=max(nd - 2, 0))) + tuple(
+            int(v) for v in g.integers(1, 70, size=min(nd, 2)))
+        mode = "brick" if nd >= 2 and i % 3 else "wrap"
+        pads = [(int(g.integers(0, 3)), int(g.integers(0, 3))) for _ in range(nd - 1)]
+        pads += [(int(g.integers(0, 2000)), int(g.integers(0, 2000)))]
+        dtype = str(g.choice(["uint8", "int16", "float32", "float64", "bool"]))
+        base, x = random_view(g, shape, dtype)
+        stagger = int(g.integers(-100, 100)) if mode == "brick" else 0
+        spec = P.normalize(shape, x.dtype, pads, mode, stagger=stagger)
+        try:
+            got, p = harness_forward(exe, base, x, spec, xshift=int(g.integers(0, 16 // x.dtype.itemsize)) * x.dtype.itemsize)
+        except P._TooManyAxes:
+            continue
+        periodic += p.path == "periodic"
+        assert same_bits(got, numpy_pad(np.ascontiguousarray(x), pads, mode, 0, stagger)), (shape, pads, mode, stagger, dtype, p)
+    x = random_bits((48, 32), "float32", g)
+    got, p = harness_forward(exe, x, x, P.normalize(x.shape, x.dtype, BRICK_CASE, "brick", stagger=10))
+    assert p.path == "periodic" and same_bits(got, numpy_pad(x, BRICK_CASE, "brick", 0, 10))
+    assert periodic > 100
 
 
 BRICK_CASE = ((2048, 2048), (4096, 4096))
@@ -447,13 +478,14 @@ def test_larger_shapes(mode, shape, pw):
 
 @gpu
 def test_ladder_rungs():
-    """Every rung of the ladder (flat, tiled, staged brick) gives the same bits as numpy.pad."""
+    """Every rung of the ladder (flat, tiled, staged brick, rows, default) gives the same bits as numpy.pad."""
     import cupy
 
     g = rng()
     for shape, pw, mode, stagger in [((48, 32), BRICK_CASE, "brick", 10), ((3, 40, 33), ((1, 2), (70, 9), (5, 300)), "brick", -7),
                                      ((2, 61, 300), ((0, 0), (64, 64), (64, 64)), "reflect", 0),
-                                     ((2, 61, 300), ((0, 0), (64, 64), (64, 64)), "constant", 0)]:
+                                     ((2, 61, 300), ((0, 0), (64, 64), (64, 64)), "constant", 0),
+                                     ((5, 7), ((3, 1), (900, 1300)), "wrap", 0)]:
         for dtype in ("float32", "uint8", "float64", "float16"):
             x = random_bits(shape, dtype, g)
             spec = P.normalize(shape, x.dtype, pw, mode, 0, stagger)

@@ -34,11 +34,16 @@ def describe(x) -> str:
     return f"{type(x).__module__}.{type(x).__qualname__}"
 
 
+_DTYPE_NAMES: dict = {}  # dtype object -> name (a few microseconds a call otherwise)
+
+
 def dtype_name(x) -> str:
     """'float32', 'bfloat16', ... for a CuPy array or a torch tensor."""
-    if is_torch(x):
-        return str(x.dtype).removeprefix("torch.")
-    return np.dtype(x.dtype).name
+    dt = x.dtype
+    name = _DTYPE_NAMES.get(dt)
+    if name is None:
+        name = _DTYPE_NAMES[dt] = str(dt).removeprefix("torch.") if is_torch(x) else np.dtype(dt).name
+    return name
 
 
 def torch_dtype(name: str):

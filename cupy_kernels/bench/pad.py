@@ -90,17 +90,20 @@ def pad_suite(quick: bool):
     p0, p1 = BRICK_PADS[0][0], BRICK_PADS[1][0]
     ours = ck.pad(tile, BRICK_PADS, mode="brick", stagger=STAGGER)
     spec = P.normalize(TILE, P._np_dtype(tile), BRICK_PADS, "brick", stagger=STAGGER)
-    for name, other in (("staged rung", P.pad_impl(tile, spec, rung="staged")),("seed-style", brick_torch_seed_style(tile, coords, p0, p1, STAGGER, shift_x, shift_y, yvec)),
-                        ("gather", brick_torch_gather(tile, out_shape, p0, p1, STAGGER))):
+    for name, other in [(f"{rung} rung", P.pad_impl(tile, spec, rung=rung)) for rung in P.RUNGS] + [
+            ("torch seed-style", brick_torch_seed_style(tile, coords, p0, p1, STAGGER, shift_x, shift_y, yvec)),
+            ("torch gather", brick_torch_gather(tile, out_shape, p0, p1, STAGGER))]:
         if not torch.equal(ours, other):
-            print(f"  pad brick: torch {name} formulation disagrees with ours")
+            print(f"  pad brick: the {name} formulation disagrees with ours")
     del ours
     spec = P.normalize(TILE, P._np_dtype(tile), BRICK_PADS, "brick", stagger=STAGGER)
     yield Group("pad brick", f"{TILE[0]}x{TILE[1]} -> {out_shape[0]}x{out_shape[1]}", "float32", {
         "cupy_kernels": lambda: ck.pad(tc, BRICK_PADS, mode="brick", stagger=STAGGER),
         "cupy_kernels (torch in)": lambda: ck.pad(tile, BRICK_PADS, mode="brick", stagger=STAGGER),
         "ladder flat (per-element path)": lambda: P.pad_impl(tc, spec, rung="flat"),
+        "ladder tiled (block tiles of a row)": lambda: P.pad_impl(tc, spec, rung="tiled"),
         "ladder staged (rows in shared memory)": lambda: P.pad_impl(tc, spec, rung="staged"),
+        "ladder rows (a warp per row)": lambda: P.pad_impl(tc, spec, rung="rows"),
         "torch fill_ (output size)": lambda: filled.fill_(1.0),
         "torch whole-tensor (seed-style)": lambda: brick_torch_seed_style(tile, coords, p0, p1, STAGGER, shift_x,
                                                                           shift_y, yvec),
@@ -117,9 +120,10 @@ def pad_suite(quick: bool):
     for mode in ("constant", "reflect", "edge") + (() if quick else ("symmetric", "wrap")):
         impls = {"cupy_kernels": lambda mode=mode: ck.pad(xc, pw, mode=mode),
                  "cupy_kernels (torch in)": lambda mode=mode: ck.pad(x, pw, mode=mode)}
+        spec = P.normalize(x.shape, P._np_dtype(x), pw, mode)
         if mode in ("reflect", "constant"):
-            spec = P.normalize(x.shape, P._np_dtype(x), pw, mode)
             impls["ladder flat (per-element path)"] = lambda spec=spec: P.pad_impl(xc, spec, rung="flat")
+        impls["ladder tiled (block tiles of a row)"] = lambda spec=spec: P.pad_impl(xc, spec, rung="tiled")
         if mode in torch_mode:
             impls["torch F.pad"] = lambda mode=mode: F.pad(x, (64, 64, 64, 64), mode=torch_mode[mode])
         impls["cupy.pad"] = lambda mode=mode: cupy.pad(xc, pw, mode=mode)
@@ -169,15 +173,11 @@ def pad_suite(quick: bool):
         if not torch.equal(out, ck.pad(tile_g, BRICK_PADS, mode="brick", stagger=STAGGER)):
             print("  pad brick: graph replay output differs")
         spec = P.normalize(TILE, P._np_dtype(tile_g), BRICK_PADS, "brick", stagger=STAGGER)
-        flat, _ = graphed(lambda: P.pad_impl(tile_g, spec, rung="flat"))
-        staged, out_s = graphed(lambda: P.pad_impl(tile_g, spec, rung="staged"))
         impls = {"cupy_kernels (graph replay)": replay}
-        if flat is not None:
-            impls["ladder flat (graph replay)"] = flat
-        if staged is not None:
-            if not torch.equal(out_s, out):
-                print("  pad brick: the staged rung disagrees with the default")
-            impls["ladder staged (graph replay)"] = staged
+        for rung in ("flat", "tiled", "staged", "rows"):
+            rung_replay, _ = graphed(lambda rung=rung: P.pad_impl(tile_g, spec, rung=rung))
+            if rung_replay is not None:
+                impls[f"ladder {rung} (graph replay)"] = rung_replay
         impls["torch fill_ (output size)"] = lambda: filled.fill_(1.0)
         fill_g, _ = graphed(lambda: filled.fill_(2.0))
         if fill_g is not None:
@@ -191,11 +191,11 @@ def pad_suite(quick: bool):
         if replay is None:
             continue
         impls = {"cupy_kernels (graph replay)": replay}
-        if mode != "edge":
-            spec = P.normalize(x.shape, P._np_dtype(x), pw, mode)
-            flat, _ = graphed(lambda spec=spec: P.pad_impl(x, spec, rung="flat"))
-            if flat is not None:
-                impls["ladder flat (graph replay)"] = flat
+        spec = P.normalize(x.shape, P._np_dtype(x), pw, mode)
+        for rung in ("flat", "tiled") if mode != "edge" else ("tiled",):
+            rung_replay, _ = graphed(lambda spec=spec, rung=rung: P.pad_impl(x, spec, rung=rung))
+            if rung_replay is not None:
+                impls[f"ladder {rung} (graph replay)"] = rung_replay
         fpad, _ = graphed(lambda mode=mode: F.pad(x, (64, 64, 64, 64), mode=torch_mode[mode]))
         if fpad is not None:
             impls["torch F.pad (graph replay)"] = fpad

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._runtime import Call, KernelSource, ceil_div, cupy_dtype, current, dtype_name, is_torch
+from .._runtime import Call, KernelSource, ceil_div, cupy_dtype, current, dtype_name, is_torch, resident_blocks
 
 SOURCE = KernelSource("pad.cu")
 MODES = ("constant", "edge", "reflect", "symmetric", "wrap", "brick")
@@ -51,7 +51,16 @@ def _staged_name(itemsize):
     return f"pad_brick_staged<{UTYPE[itemsize]}>"
 
 
+def _rows_name(kmode, itemsize):
+    return f"pad_rows<{kmode}, {UTYPE[itemsize]}>"
+
+
+def _periodic_name(itemsize):
+    return f"pad_periodic<{UTYPE[itemsize]}>"
+
+
 SOURCE.declare([_forward_name(m, s) for m in range(4) for s in UTYPE] + [_staged_name(s) for s in UTYPE]
+               + [_rows_name(m, s) for m in range(4) for s in UTYPE] + [_periodic_name(s) for s in UTYPE]
                + [_gather_name(k, a, b) for k in range(3) for a, b in _gather_pairs()])
 
 
@@ -213,9 +222,10 @@ class Plan:
     rows: int
     wtot: int
     threads: int = 256
-    unroll: int = 0     # 0: narrow path
-    tpr: int = 0
-    staged: bool = False  # brick through shared memory (pad_brick_staged)
+    unroll: int = 0     # chunks a thread per tile ("tiled" path)
+    tpr: int = 0        # units (tiles) per row
+    chunks: int = 0     # 16-byte chunks per unit
+    path: str = "flat"  # the kernel: one of PATHS
 
     @property
     def tiles(self):
@@ -225,7 +235,7 @@ class Plan:
         """Kernel arguments after (x, y), in pad_forward's order."""
         outer = list(self.outer) + [(1, 1, 0, 0)] * (MAXD - len(self.outer))
         a = [np.int64(self.rows), np.int64(self.wtot), np.int64(self.tiles), np.int64(self.tpr),
-             np.int32(self.threads * self.unroll), np.int32(self.unroll), np.int32(len(self.outer)),
+             np.int32(self.chunks), np.int32(self.unroll), np.int32(len(self.outer)),
              np.int32(self.fold)]
         for ax in outer:
             a += [np.int64(v) for v in ax]
@@ -291,30 +301,85 @@ def plan(shape, strides, itemsize, spec: Spec) -> Plan:
     if p.wtot >= 2**31 - 64:
         raise ValueError(f"pad: output rows of {p.wtot} elements (after merging unpadded trailing axes) "
                          "exceed the kernel's 32-bit column indexing (2^31 - 64)")
+    return p
+
+
+# The kernels (paths) and the ladder's rungs: "flat" one chunk per thread, element by element;
+# "tiled" block tiles of a row (pad_forward); "staged" brick rows through shared memory;
+# "rows" a warp per row segment (pad_rows); "periodic" brick / short wrap rows, stores only.
+PATHS = ("flat", "tiled", "staged", "rows", "periodic")
+RUNGS = ("flat", "tiled", "staged", "rows", "default")
+ROW_UNIT_CHUNKS = 1024       # a pad_rows unit: at most this many 16-byte chunks of one row
+PERIODIC_UNIT_STORES = 16    # a pad_periodic unit: at most this many stores a thread
+STAGED_MAX_BYTES = 32 << 10  # shared memory for one staged tile row (brick, "staged" rung)
+# Grids: at most this many full waves (scripts/sweep_pad.py: more, shorter-lived blocks balance better).
+GRID_WAVES = {"tiled": 1, "staged": 1, "rows": 16, "periodic": 4}
+
+
+def _chunks_per_row(p: Plan, itemsize):
     vec = 16 // itemsize
-    cpr = p.wtot // vec if p.wtot % vec == 0 else ceil_div(p.wtot + vec - 1, vec)
-    if cpr >= NARROW_CHUNKS:
+    return p.wtot // vec if p.wtot % vec == 0 else ceil_div(p.wtot + vec - 1, vec)
+
+
+def _periodic_threads(p: Plan, itemsize):
+    """Block size for pad_periodic (a multiple of the row's period in chunks, <= 256), or 0 when the
+    row is not periodic in a way it can use."""
+    periodic = p.kmode == KMODE["brick"] or (p.kmode == KMODE["wrap"] and p.fold == FOLD["wrap"])
+    if not periodic or p.blk != 1:
+        return 0
+    period = p.last[1] // math.gcd(p.last[1], 16 // itemsize)  # chunks
+    step = math.lcm(period, 32) if math.lcm(period, 32) <= 256 else period
+    threads = step * (256 // step) if step <= 256 else 0
+    return threads if threads and _chunks_per_row(p, itemsize) >= 2 * threads else 0
+
+
+def choose_path(p: Plan, itemsize, rung="default"):
+    """Set p's path and unit geometry for a rung of the ladder ("default": the fastest path that applies)."""
+    cpr = _chunks_per_row(p, itemsize)
+    wide = cpr >= NARROW_CHUNKS
+    p.path, p.unroll, p.tpr, p.chunks, p.threads = "flat", 0, 0, 0, 256
+    if not wide or rung == "flat":
+        return p
+    if rung == "default" and _periodic_threads(p, itemsize):
+        p.path, p.threads = "periodic", _periodic_threads(p, itemsize)
+        p.chunks = p.threads * min(ceil_div(cpr, p.threads), PERIODIC_UNIT_STORES)
+        p.tpr = ceil_div(cpr, p.chunks)
+    elif rung in ("rows", "default"):
+        p.path = "rows"
+        p.tpr = ceil_div(cpr, ROW_UNIT_CHUNKS)
+        p.chunks = ceil_div(ceil_div(cpr, p.tpr), 32) * 32
+    elif rung == "staged" and p.kmode == KMODE["brick"] and (p.last[1] + 16 // itemsize) * itemsize <= STAGED_MAX_BYTES:
+        p.path = "staged"
+        p.threads, p.unroll, p.tpr = _choose_tiling(cpr, 4)  # shared loads: up to 4 chunks a thread
+        p.chunks = p.threads * p.unroll
+    else:
+        p.path = "tiled"
         p.threads, p.unroll, p.tpr = _choose_tiling(cpr, min(itemsize, 4))  # UMAX in pad.cu
+        p.chunks = p.threads * p.unroll
     return p
 
 
 def _launch(xc, y, p: Plan, args):
+    itemsize = y.dtype.itemsize
     props = current()
-    name = _forward_name(p.kmode, y.dtype.itemsize)
-    if p.staged:
-        itemsize = y.dtype.itemsize
-        smem = ceil_div((p.last[1] + 16 // itemsize) * itemsize, 16) * 16
-        grid = min(p.tiles, props.resident_blocks(p.threads))
-        SOURCE.kernel(_staged_name(itemsize))((max(grid, 1),), (p.threads,), (xc, y) + args, shared_mem=smem)
-        return
-    if p.unroll:
-        grid = min(p.tiles, props.resident_blocks(p.threads))
-        block = p.threads
-    else:
-        chunks = ceil_div(p.rows * p.wtot, 16 // y.dtype.itemsize)
+    smem = 0
+    if p.path == "flat":
+        kernel = SOURCE.kernel(_forward_name(p.kmode, itemsize))
+        chunks = ceil_div(p.rows * p.wtot, 16 // itemsize)
         grid = min(ceil_div(chunks, 256), props.resident_blocks(256) * 4)
-        block = 256
-    SOURCE.kernel(name)((max(grid, 1),), (block,), (xc, y) + args)
+    elif p.path == "rows":
+        kernel = SOURCE.kernel(_rows_name(p.kmode, itemsize))
+        grid = min(ceil_div(p.tiles, p.threads // 32), resident_blocks(kernel, p.threads) * GRID_WAVES["rows"])
+    else:
+        if p.path == "staged":
+            kernel = SOURCE.kernel(_staged_name(itemsize))
+            smem = ceil_div((p.last[1] + 16 // itemsize) * itemsize, 16) * 16
+        elif p.path == "periodic":
+            kernel = SOURCE.kernel(_periodic_name(itemsize))
+        else:
+            kernel = SOURCE.kernel(_forward_name(p.kmode, itemsize))
+        grid = min(p.tiles, resident_blocks(kernel, p.threads, smem) * GRID_WAVES[p.path])
+    kernel((max(grid, 1),), (p.threads,), (xc, y) + args, shared_mem=smem)
 
 
 # ---- public API -----------------------------------------------------------------------------------
@@ -368,13 +433,11 @@ def pad(x, pad_width, mode="constant", constant_values=0, stagger=0):
     return pad_impl(x, spec)
 
 
-RUNGS = ("flat", "tiled", "staged")
-
-
-def pad_impl(x, spec: Spec, rung: str = "tiled"):
-    """The kernels' path for either kind of input (no autograd). The ladder (benchmark): "flat" forces
-    the per-element path on every row; "tiled" is the default; "staged" sends brick rows through
-    shared memory (pad_brick_staged; other modes as "tiled")."""
+def pad_impl(x, spec: Spec, rung: str = "default"):
+    """The kernels' path for either kind of input (no autograd). `rung` picks a step of the ladder
+    (benchmark, tests): "flat" forces the per-element path on every row, "tiled" block tiles,
+    "staged" brick rows through shared memory (other modes: "tiled"), "rows" a warp per row segment;
+    "default" the fastest that applies ("periodic" for brick and short-period wrap rows, else "rows")."""
     if rung not in RUNGS:
         raise ValueError(f"pad: rung must be one of {', '.join(RUNGS)}; got {rung!r}")
     with Call("pad", x) as call:
@@ -386,7 +449,7 @@ def pad_impl(x, spec: Spec, rung: str = "tiled"):
         return call.result(y)
 
 
-def _pad_into(xc, y, spec: Spec, rung="tiled"):
+def _pad_into(xc, y, spec: Spec, rung="default"):
     import cupy
 
     if y.size == 0:
@@ -406,7 +469,7 @@ def _pad_into(xc, y, spec: Spec, rung="tiled"):
         if not xr.flags.c_contiguous:
             xr = cupy.ascontiguousarray(xr)
             try:
-                p = plan(xr.shape, [s // itemsize for s in xr.strides], itemsize, spec)
+                p = choose_path(plan(xr.shape, [s // itemsize for s in xr.strides], itemsize, spec), itemsize, rung)
             except _TooManyAxes:
                 p = None
         else:
@@ -428,19 +491,10 @@ def _pad_into(xc, y, spec: Spec, rung="tiled"):
     else:
         _launch(xr, yr, p, args)
         return
-    if rung == "flat":
-        p.unroll = p.tpr = 0
     _launch(xr, yr, p, p.args())
 
 
 _PLANS: dict = {}
-
-
-STAGED_MAX_BYTES = 32 << 10  # shared memory for one staged tile row (brick, "staged" rung)
-
-
-def _staged_ok(p: Plan, itemsize):
-    return p.kmode == KMODE["brick"] and p.unroll > 0 and (p.last[1] + 16 // itemsize) * itemsize <= STAGED_MAX_BYTES
 
 
 def _cached_plan(shape, strides, itemsize, spec: Spec, rung):
@@ -448,14 +502,7 @@ def _cached_plan(shape, strides, itemsize, spec: Spec, rung):
            spec.stagger, rung)
     hit = _PLANS.get(key)
     if hit is None:
-        p = plan(shape, strides, itemsize, spec)
-        if rung == "staged" and _staged_ok(p, itemsize):  # shared loads: up to 4 chunks a thread
-            vec = 16 // itemsize
-            cpr = p.wtot // vec if p.wtot % vec == 0 else ceil_div(p.wtot + vec - 1, vec)
-            p.threads, p.unroll, p.tpr = _choose_tiling(cpr, 4)
-            p.staged = True
-        if rung == "flat":
-            p.unroll = p.tpr = 0
+        p = choose_path(plan(shape, strides, itemsize, spec), itemsize, rung)
         if len(_PLANS) >= 1024:
             _PLANS.clear()
         hit = _PLANS[key] = (p, p.args())
