@@ -12,13 +12,17 @@ import torch
 from .ops import reduce as _reduce
 
 
-def plain_eager(*tensors) -> bool:
-    """True when a call may run the kernels directly instead of through its custom op: plain tensors,
-    no autograd to record, no torch.compile tracing or dispatch mode active. The custom op's dispatch
-    costs ~150 us of host time per call (measured on the device), more than many kernels take."""
+def untraced(*tensors) -> bool:
+    """Plain tensors, no torch.compile tracing and no dispatch mode active: a call may then skip its
+    custom op, whose dispatch costs ~150 us of host time per call (measured on the device), more than
+    many kernels take. The custom ops remain what torch.compile, fake tensors and modes see."""
     return (torch._C._len_torch_dispatch_stack() == 0 and not torch.compiler.is_compiling()
-            and all(type(t) is torch.Tensor for t in tensors)
-            and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)))
+            and all(type(t) is torch.Tensor for t in tensors))
+
+
+def plain_eager(*tensors) -> bool:
+    """untraced(), and no autograd to record: the kernels may run directly."""
+    return untraced(*tensors) and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 # ---- reductions -------------------------------------------------------------------------------
 
@@ -339,14 +343,32 @@ def _timex_grad(ctx, grad):
     w, k = ctx.saved_tensors
     if grad.dim() == 3 and grad.shape[-1] > 1 and grad.stride(-1) != 1:
         grad = grad.contiguous()  # the kernels take any batch / channel strides but a unit stride in t
-    gw, gk = _timex_backward_op(w, k, grad, ctx.variant)
+    backward = _timex.timex_backward_impl if plain_eager(w, k, grad) else _timex_backward_op
+    gw, gk = backward(w, k, grad, ctx.variant)
     return gw, gk, None, None
 
 
 _timex_op.register_autograd(_timex_grad, setup_context=_timex_setup)
 
 
+class _TimexEager(torch.autograd.Function):
+    """Eager autograd for timex without the custom op's dispatch (same kernels, same backward)."""
+
+    @staticmethod
+    def forward(ctx, w, k, eps, variant):
+        _timex_setup(ctx, (w, k, eps, variant), None)
+        return _timex.timex_impl(w, k, eps, variant)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _timex_grad(ctx, grad)
+
+
 def timex(w, k, eps=0.0, variant="auto"):
+    if plain_eager(w, k):
+        return _timex.timex_impl(w, k, float(eps), variant)
+    if untraced(w, k):
+        return _TimexEager.apply(w, k, float(eps), variant)
     return _timex_op(w, k, float(eps), variant)
 
 
