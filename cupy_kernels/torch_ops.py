@@ -16,7 +16,8 @@ def untraced(*tensors) -> bool:
     """Plain tensors, no torch.compile tracing and no dispatch mode active: a call may then skip its
     custom op, whose dispatch costs ~150 us of host time per call (measured on the device), more than
     many kernels take. The custom ops remain what torch.compile, fake tensors and modes see."""
-    return (torch._C._len_torch_dispatch_stack() == 0 and not torch.compiler.is_compiling()
+    # is_compiling() first: under dynamo it is a constant and the rest is never traced
+    return (not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() == 0
             and all(type(t) is torch.Tensor for t in tensors))
 
 

@@ -130,6 +130,22 @@ def test_rejects_host_arrays_and_bad_variants():
 
 
 @pytest.mark.skipif(torch is None, reason="needs torch")
+def test_eager_calls_skip_the_custom_op_only_when_nothing_traces():
+    """torch_ops.untraced / plain_eager (CPU: the dispatch decision only): eager plain tensors may skip
+    the custom op; autograd needs it or the autograd.Function; torch.compile always sees the op."""
+    from cupy_kernels import torch_ops as tops
+
+    x = torch.ones(3)
+    assert tops.plain_eager(x) and tops.untraced(x)
+    x.requires_grad_()
+    assert not tops.plain_eager(x) and tops.untraced(x)
+    with torch.no_grad():
+        assert tops.plain_eager(x)
+    traced = torch.compile(lambda t: t * 2 if tops.untraced(t) else t * 3, fullgraph=True, backend="eager")
+    assert traced(torch.ones(2)).tolist() == [3.0, 3.0]
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch")
 def test_rejects_cpu_tensors():
     w, k = torch.ones(2, 3), torch.ones(1, 2, 3)
     with pytest.raises(TypeError, match="CUDA tensor"):
