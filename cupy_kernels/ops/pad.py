@@ -310,7 +310,7 @@ def plan(shape, strides, itemsize, spec: Spec) -> Plan:
 PATHS = ("flat", "tiled", "staged", "rows", "periodic")
 RUNGS = ("flat", "tiled", "staged", "rows", "default")
 ROW_UNIT_CHUNKS = 1024       # a pad_rows unit: at most this many 16-byte chunks of one row
-PERIODIC_UNIT_STORES = 16    # a pad_periodic unit: at most this many stores a thread
+PERIODIC_UNIT_STORES = 8     # pad_periodic: a long row's units are this many stores a thread (shorter rows: one unit)
 STAGED_MAX_BYTES = 32 << 10  # shared memory for one staged tile row (brick, "staged" rung)
 # Grids: at most this many full waves (scripts/sweep_pad.py: more, shorter-lived blocks balance better).
 GRID_WAVES = {"tiled": 1, "staged": 1, "rows": 16, "periodic": 4}
@@ -342,7 +342,8 @@ def choose_path(p: Plan, itemsize, rung="default"):
         return p
     if rung == "default" and _periodic_threads(p, itemsize):
         p.path, p.threads = "periodic", _periodic_threads(p, itemsize)
-        p.chunks = p.threads * min(ceil_div(cpr, p.threads), PERIODIC_UNIT_STORES)
+        rounds = ceil_div(cpr, p.threads)  # stores a thread per row: a row is one unit unless it is long
+        p.chunks = p.threads * (rounds if rounds <= 2 * PERIODIC_UNIT_STORES else PERIODIC_UNIT_STORES)
         p.tpr = ceil_div(cpr, p.chunks)
     elif rung in ("rows", "default"):
         p.path = "rows"
