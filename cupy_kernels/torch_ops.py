@@ -70,6 +70,8 @@ _REDUCE_OPS = {op: _register_reduce(op) for op in _reduce.OPS}
 
 def reduce(op, x, axis, keepdims):
     dims = None if axis is None else list(axis) if isinstance(axis, (tuple, list)) else [axis]
+    if plain_eager(x):
+        return _reduce.reduce_impl(op, x, None if dims is None else tuple(dims), bool(keepdims))
     return _REDUCE_OPS[op](x, dims, bool(keepdims))
 
 
@@ -398,15 +400,23 @@ def _sqmm_no_grad(op, names, tensors):
                                f"out-of-place product)")
 
 
+def _sqmm_call(a, w, bias, transpose, op):
+    if untraced(*(t for t in (a, w, bias) if t is not None)):
+        _sqmm.square_matmul_impl(a, w, transpose, bias, op=op)
+        torch.autograd.graph.increment_version(a)  # what the custom op's mutates_args does
+    else:
+        _sqmm_inplace_op(a, w, bias, transpose)
+
+
 def square_matmul_(a, w, transpose=False):
     _sqmm_no_grad("square_matmul_", ("a", "w"), (a, w))
-    _sqmm_inplace_op(a, w, None, bool(transpose))
+    _sqmm_call(a, w, None, bool(transpose), "square_matmul_")
     return a
 
 
 def linear_(x, weight, bias=None):
     _sqmm_no_grad("linear_", ("x", "weight", "bias"), (x, weight, bias))
-    _sqmm_inplace_op(x, weight, bias, True)
+    _sqmm_call(x, weight, bias, True, "linear_")
     return x
 
 

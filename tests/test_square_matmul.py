@@ -345,6 +345,26 @@ def test_torch_cpu_and_grad_rules():
     assert torch.equal(a, torch.ones(4, 4))
 
 
+@torch_gpu
+def test_torch_inplace_bumps_the_version_counter():
+    """Eager calls run the kernels directly (no custom op): the in-place write must still be visible to
+    autograd's saved-tensor check, as the custom op's mutates_args makes it."""
+    g = rng()
+    a = torch.tensor(g.standard_normal((33, 64)), dtype=torch.float32, device="cuda")
+    w = torch.tensor(g.standard_normal((64, 64)), dtype=torch.float32, device="cuda")
+    ref = (a.double() @ w.double()).float()
+    before = a._version
+    ck.square_matmul_(a, w)
+    assert a._version > before
+    assert float((a - ref).norm() / ref.norm()) < TOL["float32"]
+    x = torch.randn(8, 64, device="cuda", requires_grad=True)
+    y = torch.sigmoid(x)  # saves y for its backward
+    with torch.no_grad():
+        ck.linear_(y, w)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
 @pytest.mark.skipif(torch is None, reason="needs torch")
 def test_inplace_linear_state_dict_cpu():
     from cupy_kernels.nn import InplaceLinear
