@@ -9,19 +9,21 @@
 #include "common/rows.cuh"
 
 enum { LAYER = 0, RMS = 1 };
-// Resident 256-thread blocks per SM norm_bwd's __launch_bounds__ asks for: 2 (128 registers: two
-// rows of x and dy in flight), 1 for float64.
-template <typename T, int FROM_OUTPUT> struct NormBwdMinBlocks {
-  static constexpr int value = sizeof(T) == 8 ? 1 : 2;
-};
+// Deepest cp.async pipeline of norm_bwd (stages: rows in flight per thread + 1; the host picks).
+constexpr int NORM_BWD_MAX_STAGES = 8;
+// Largest norm_bwd block: 512 threads (one block per SM at 128 registers: an 8192-element row of any
+// half type or float32 in one block, no exchange), 256 for float64.
+template <typename T> struct NormBwdThreads { static constexpr int value = sizeof(T) == 8 ? 256 : 512; };
 
-// Launch: 1-D grid of blocks of G * groups threads (<= 512; G = block when G > 32); block b takes
+// Launch: 1-D grid of blocks of G * groups threads (<= FwdThreads: 1024, float64 512; G = block when
+// G > 32); block b takes
 // segment b % parts of rows (b / parts) * groups + group + k * (grid / parts) * groups. w / b may be
 // null (no affine), mean / rstd may be null (not saved). n <= parts * packs * G * V.
-//   layer: y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps), var biased, two-pass
+//   layer: y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps), var biased: shifted sums in
+//          one paired reduction, the exact two-pass where they would cancel (see below)
 //   rms:   y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)
 template <typename T, int MODE>
-__global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T* x, T* y, const T* __restrict__ w,
+__global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, T* y, const T* __restrict__ w,
                                                   const T* __restrict__ b, typename AccOf<T>::type* __restrict__ mean_out,
                                                   typename AccOf<T>::type* __restrict__ rstd_out, long long rows,
                                                   long long n, long long chunk, int G, int packs, int parts,
@@ -31,7 +33,7 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = FwdPacks<T>::value;
-  __shared__ A scratch[32];
+  __shared__ A scratch[64];
   const int gpb = blockDim.x / G, gi = threadIdx.x / G;
   const int part = blockIdx.x % parts;
   const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
@@ -46,40 +48,61 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
     load_packs<T, MAXP>(r, xr, L, 0.f);
     A mean = A(0), rstd;
     if (MODE == LAYER) {
-      A s = A(0);
+      // One reduction for both moments: sums shifted by K, the segment's first element (the same for
+      // every thread: a broadcast load), s1 = sum(x - K), s2 = sum((x - K)^2), reduced as a pair;
+      // M2 = s2 - s1^2 / len. That cancels when K is far from the mean (relative error ~ eps * s2 /
+      // M2 = eps * (1 + r^2), r = |K - mean| / std), so when s1^2 / len > 7/8 s2 (r^2 > 7: K more
+      // than 2.6 standard deviations off, under 1% of the rows of normal data) the segment takes the
+      // exact second pass around the mean instead. The decision is uniform: every thread of the
+      // group holds the same reduced sums (a butterfly adds commutatively).
+      const A K = cast<A>(xr[0]);
+      A s1 = A(0), s2 = A(0);
 #pragma unroll
       for (int p = 0; p < MAXP; ++p)
-        if (p < packs)
-#pragma unroll
-          for (int e = 0; e < V; ++e) s += cast<A>(r[p].v[e]);
-      s = row_reduce<SumOp>(s, G, mask, scratch);
-      const A seg_mean = s / A(L.len);
-      opaque<T, MAXP>(r);
-      A m2 = A(0);
-#pragma unroll
-      for (int p = 0; p < MAXP; ++p)
-        if (p < packs)
+        if (p < packs) {
+          const int lim = L.len - L.at(p);  // elements of this pack inside the segment
 #pragma unroll
           for (int e = 0; e < V; ++e) {
-            const A d = L.at(p) + e < L.len ? cast<A>(r[p].v[e]) - seg_mean : A(0);  // slots past the end: 0
-            m2 += d * d;
+            const A d = (lim >= V || e < lim) ? cast<A>(r[p].v[e]) - K : A(0);  // slots past the end: 0
+            s1 += d;
+            s2 += d * d;
           }
-      m2 = row_reduce<SumOp>(m2, G, mask, scratch);
+        }
+      row_reduce2<A>(s1, s2, G, mask, scratch);
+      const A seg_n = A(L.len);
+      A m2 = s2 - s1 * s1 / seg_n;
+      const A seg_mean = K + s1 / seg_n;
+      if (!(s1 * s1 / seg_n <= A(0.875) * s2)) {  // also NaN: the exact pass propagates it
+        opaque<T, MAXP>(r);
+        m2 = A(0);
+#pragma unroll
+        for (int p = 0; p < MAXP; ++p)
+          if (p < packs) {
+            const int lim = L.len - L.at(p);
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+              const A d = (lim >= V || e < lim) ? cast<A>(r[p].v[e]) - seg_mean : A(0);
+              m2 += d * d;
+            }
+          }
+        m2 = row_reduce<SumOp>(m2, G, mask, scratch);
+      }
+      if (m2 < A(0)) m2 = A(0);  // rounding; NaN stays NaN
       mean = seg_mean;
       if (parts > 1) {
-        // Chan et al.: M2 = sum over parts of m2_q + n_q * (mean_q - mean)^2.
-        const A mine[2] = {s, m2};
+        // Chan et al. over the parts: M2 = sum over parts of m2_q + n_q * (mean_q - mean)^2.
+        const A mine[2] = {seg_mean, m2};
         const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
         if (phase == 1) continue;
         // Parallel over the parts, then block reductions in fixed order (as sum_parts).
         A total = A(0);
-        for (int q = threadIdx.x; q < parts; q += blockDim.x) total += __ldcg(sl + 2 * q);
+        for (int q = threadIdx.x; q < parts; q += blockDim.x) total += ld_part(sl + 2 * q) * A(min(chunk, n - q * chunk));
         mean = block_reduce<SumOp>(total, scratch) / A(n);
         m2 = A(0);
         for (int q = threadIdx.x; q < parts; q += blockDim.x) {
           const A nq = A(min(chunk, n - q * chunk));
-          const A dq = __ldcg(sl + 2 * q) / nq - mean;
-          m2 += __ldcg(sl + 2 * q + 1) + nq * dq * dq;
+          const A dq = ld_part(sl + 2 * q) - mean;
+          m2 += ld_part(sl + 2 * q + 1) + nq * dq * dq;
         }
         m2 = block_reduce<SumOp>(m2, scratch);
       }
@@ -132,11 +155,12 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) norm_fwd(const T*
 // the normalised input is recomputed as xhat = (y - b) / w (rms: y / w), rstd saved (w has no zero).
 //   g = dy * w,  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))   (rms: no mean(g) term)
 //   dweight = sum over rows of dy * xhat,  dbias = sum over rows of dy   (as per-block partial rows)
-// Launch: like norm_fwd with blocks of <= 256 threads and a persistent grid (grid / parts row groups,
+// Launch: like norm_fwd with blocks of <= NormBwdThreads (512; 256 float64) and a persistent grid (grid / parts row groups,
 // each block writes partial row rg = b / parts, columns of its segment), dynamic shared memory of
-// 2 * blockDim.x * RowPacks * V accumulators. dw_part / db_part may be null (not wanted).
+// 2 * blockDim.x * RowPacks * V accumulators + stages * 2 * RowPacks * 16 bytes per thread (the
+// pipeline, 2 <= stages <= NORM_BWD_MAX_STAGES). dw_part / db_part may be null (not wanted).
 template <typename T, int MODE, int FROM_OUTPUT>
-__global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
+__global__ void __launch_bounds__(NormBwdThreads<T>::value, 1) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                   const T* __restrict__ w, const T* __restrict__ b,
                                                   const typename AccOf<T>::type* __restrict__ mean_in,
                                                   const typename AccOf<T>::type* __restrict__ rstd_in,
@@ -144,12 +168,12 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
                                                   typename AccOf<T>::type* __restrict__ db_part, long long rows,
                                                   long long n, long long chunk, int G, int packs, int parts,
                                                   int aligned, int phase, int* sync,
-                                                  typename AccOf<T>::type* slots) {
+                                                  typename AccOf<T>::type* slots, int stages) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = RowPacks<T>::value;
-  __shared__ A scratch[32];
+  __shared__ A scratch[64];
   extern __shared__ unsigned char dyn_smem[];
   A* buf = reinterpret_cast<A*>(dyn_smem);
   const int gpb = blockDim.x / G, gi = threadIdx.x / G;
@@ -167,30 +191,61 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
 #pragma unroll
   for (int k = 0; k < MAXP * V; ++k) acc_w[k * blockDim.x + threadIdx.x] = acc_b[k * blockDim.x + threadIdx.x] = A(0);
 
-  // The grid is persistent (one partial row per block), so each block walks several rows: the next
-  // row's loads are issued before the current row is reduced and written (software pipelining).
+  // The grid is persistent (one partial row per block), so each block walks several rows. Aligned
+  // rows stream through a STAGES-deep cp.async pipeline in shared memory: the loads of the next
+  // STAGES - 1 rows are in flight (no registers held) while the current row is reduced and written.
+  // Each thread copies and reads back only its own packs, so no barrier guards the stages; every
+  // thread commits one group per row (empty past the end), so wait_group counts stay uniform.
+  const int S = stages;  // 2 .. NORM_BWD_MAX_STAGES
+  P* stage = reinterpret_cast<P*>(buf + 2 * MAXP * V * blockDim.x);  // [S][2][MAXP][blockDim.x]
+  auto slot = [&](int st, int t, int p) -> P* { return stage + ((st * 2 + t) * MAXP + p) * blockDim.x + threadIdx.x; };
   const long long stride = nrg * gpb;
   long long row = rg * gpb + gi;
-  P nx[MAXP], nd[MAXP];
-  A n_rstd = A(0), n_mean = A(0);
+  auto issue = [&](long long r, int st) {
+    if (r < rows) {
+      const long long o = r * n + begin;
+#pragma unroll
+      for (int p = 0; p < MAXP; ++p) {
+        const int i = L.at(p);
+        if (p < packs && i < L.len) {
+          cp_async16(slot(st, 0, p), src + o + i);
+          cp_async16(slot(st, 1, p), dy + o + i);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+  if (L.aligned)
+#pragma unroll
+    for (int k = 0; k < S - 1; ++k) issue(row + k * stride, k);
+  A n_rstd = A(0), n_mean = A(0);  // the statistics one row ahead (scalar loads, a round trip each)
   if (row < rows) {
-    load_packs<T, MAXP>(nx, src + row * n + begin, L, 0.f);  // zero dy past the end: no contribution
-    load_packs<T, MAXP>(nd, dy + row * n + begin, L, 0.f);
     n_rstd = rstd_in[row];
     if (MODE == LAYER && !FROM_OUTPUT) n_mean = mean_in[row];
   }
-  for (; row < rows; row += stride) {
+  for (int it = 0; row < rows; row += stride, ++it) {
     const long long off = row * n + begin;
     P rx[MAXP], rd[MAXP];
+    if (L.aligned) {
+      issue(row + (S - 1) * stride, (it + S - 1) % S);
+      cp_async_wait_dyn<NORM_BWD_MAX_STAGES - 1>(S - 1);  // this row's group has landed
+      const int st = it % S;
 #pragma unroll
-    for (int p = 0; p < MAXP; ++p) {
-      rx[p] = nx[p];
-      rd[p] = nd[p];
+      for (int p = 0; p < MAXP; ++p) {
+        if (p < packs && L.at(p) < L.len) {
+          rx[p] = *slot(st, 0, p);
+          rd[p] = *slot(st, 1, p);
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) rx[p].v[e] = rd[p].v[e] = cast<T>(0.f);  // zero dy: no contribution
+        }
+      }
+    } else {
+      load_packs<T, MAXP>(rx, src + off, L, 0.f);
+      load_packs<T, MAXP>(rd, dy + off, L, 0.f);
     }
     const A rstd = n_rstd, mean = n_mean;
     if (row + stride < rows) {
-      load_packs<T, MAXP>(nx, src + off + stride * n, L, 0.f);
-      load_packs<T, MAXP>(nd, dy + off + stride * n, L, 0.f);
       n_rstd = rstd_in[row + stride];
       if (MODE == LAYER && !FROM_OUTPUT) n_mean = mean_in[row + stride];
     }
@@ -213,8 +268,8 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
         }
       }
     }
-    if (MODE == LAYER) c1 = row_reduce<SumOp>(c1, G, mask, scratch);
-    c2 = row_reduce<SumOp>(c2, G, mask, scratch);
+    if (MODE == LAYER) row_reduce2<A>(c1, c2, G, mask, scratch);  // one pair of barriers for both
+    else c2 = row_reduce<SumOp>(c2, G, mask, scratch);
     if (parts > 1) {
       const A mine[2] = {c1, c2};
       const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
@@ -262,27 +317,27 @@ __global__ void __launch_bounds__(256, NormBwdMinBlocks<T, FROM_OUTPUT>::value) 
   }
 }
 
-// dweight / dbias from the partial rows: out[col] = sum over r partial rows in row order.
-// Launch: grid (ceil(n / 32), 2: y = 0 weight, 1 bias), block (32, 8). p1 / o1 may be null.
+// dweight / dbias from the partial rows: out[col] = sum over r partial rows. Thread (x, y) of a
+// 32 x 32 block sums rows y, y + 32, ... of column x (independent loads, many in flight), then warp
+// w adds the 32 sums of column w with a fixed butterfly. Deterministic.
+// Launch: grid (ceil(n / 32), 2: y = 0 weight, 1 bias), block (32, 32). p1 / o1 may be null.
 template <typename T>
-__global__ void __launch_bounds__(256) column_sum(const typename AccOf<T>::type* __restrict__ p0,
-                                                  const typename AccOf<T>::type* __restrict__ p1, T* o0, T* o1,
-                                                  long long r, long long n) {
+__global__ void __launch_bounds__(1024) column_sum(const typename AccOf<T>::type* __restrict__ p0,
+                                                   const typename AccOf<T>::type* __restrict__ p1, T* o0, T* o1,
+                                                   long long r, long long n) {
   typedef typename AccOf<T>::type A;
   const A* p = blockIdx.y ? p1 : p0;
   T* o = blockIdx.y ? o1 : o0;
   if (p == nullptr) return;  // uniform over the block
-  __shared__ A part[8][33];
+  __shared__ A part[32][33];
   const long long col = (long long)blockIdx.x * 32 + threadIdx.x;
   A acc = A(0);
   if (col < n)
-#pragma unroll 4
-    for (long long i = threadIdx.y; i < r; i += 8) acc += p[i * n + col];
+#pragma unroll 8
+    for (long long i = threadIdx.y; i < r; i += 32) acc += p[i * n + col];
   part[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
-  if (threadIdx.y == 0 && col < n) {
-    A s = part[0][threadIdx.x];
-    for (int i = 1; i < 8; ++i) s += part[i][threadIdx.x];
-    o[col] = cast<T>(s);
-  }
+  A s = group_reduce<SumOp>(part[threadIdx.x][threadIdx.y], 32);  // warp y: column y, lane x: rows x, x + 32, ...
+  const long long c = (long long)blockIdx.x * 32 + threadIdx.y;
+  if (threadIdx.x == 0 && c < n) o[c] = cast<T>(s);
 }

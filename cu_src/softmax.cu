@@ -17,23 +17,24 @@ enum { SOFTMAX = 0, LOG_SOFTMAX = 1 };
 template <typename A>
 __device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& m, A& sum, A* scratch) {
   A M = lowest<A>();
-  for (int q = threadIdx.x; q < parts; q += blockDim.x) M = MaxOp::combine(M, __ldcg(s + 2 * q));
+  for (int q = threadIdx.x; q < parts; q += blockDim.x) M = MaxOp::combine(M, ld_part(s + 2 * q));
   M = block_reduce<MaxOp>(M, scratch);
   A S = A(0);
   for (int q = threadIdx.x; q < parts; q += blockDim.x) {
-    const A mq = __ldcg(s + 2 * q);
-    if (mq != lowest<A>()) S += __ldcg(s + 2 * q + 1) * fast_exp<A>(mq - M);
+    const A mq = ld_part(s + 2 * q);
+    if (mq != lowest<A>()) S += ld_part(s + 2 * q + 1) * fast_exp<A>(mq - M);
   }
   m = M;
   sum = block_reduce<SumOp>(S, scratch);
 }
 
-// Launch: 1-D grid of blocks of G * groups threads (<= 512; G = block when G > 32). Block b takes
+// Launch: 1-D grid of blocks of G * groups threads (<= FwdThreads: 1024, float64 512; G = block when
+// G > 32). Block b takes
 // segment b % parts of rows (b / parts) * groups + group + k * (grid / parts) * groups. Any row count
 // (64-bit), n <= parts * packs * G * V. With parts > 1: phase 0 needs the grid co-resident, phases 1
 // then 2 are two launches of any grid (see row_parts).
 template <typename T, int MODE>
-__global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_fwd(const T* x, T* y, long long rows, long long n, long long chunk,
+__global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* x, T* y, long long rows, long long n, long long chunk,
                                                      int G, int packs, int parts, int aligned, int phase,
                                                      int* sync, typename AccOf<T>::type* slots) {
   typedef typename AccOf<T>::type A;

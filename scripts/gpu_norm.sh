@@ -16,15 +16,21 @@ from cupy_kernels._runtime import current
 sms = current().sm_count
 for src in (softmax.SOURCE, norm.SOURCE):  # registers and resident blocks per SM by block size
     for name in src.names:
-        if "float>" in name or "float," in name:
+        if "float>" in name or "float," in name or "half," in name:
             k = src.kernel(name)
-            occ = rw.occupancy(k, name, (lambda t: 2 * t * 16 * 4) if "norm_bwd" in name else 0)
-            print(f"{name:32s} regs {k.num_regs:3d}  blocks/SM at 64/128/256/512 threads:",
-                  [occ(t) for t in (64, 128, 256, 512)])
+            smem = (lambda t, d=("float16" if "half" in name else "float32"): norm.bwd_smem(d, t)) if "norm_bwd" in name else 0
+            if "norm_bwd" in name:
+                from cupy_kernels._runtime import use_shared_memory
+                use_shared_memory(k, smem(512))
+            occ = rw.occupancy(k, name, smem)
+            print(f"{name:32s} regs {k.num_regs:3d}  blocks/SM at 64/128/256/512/1024 threads:",
+                  [occ(t) for t in (64, 128, 256, 512, 1024)])
 for shape, dt in [((65536, 128), "float32"), ((32768, 1024), "float16"), ((4096, 4096), "float32"),
                   ((8192, 8192), "bfloat16"), ((1024, 32768), "bfloat16"), ((256, 262144), "float32")]:
-    print(shape, dt, "fwd", rw.plan(*shape, dt, rw.fwd_maxp(dt), 512, sms),
-          "\n   norm bwd", rw.plan(*shape, dt, rw.maxp(dt), 256, sms, persistent=True))
+    fk = norm.SOURCE.kernel(norm._fwd(dt, "layer_norm")); bk = norm.SOURCE.kernel(norm._bwd(dt, "layer_norm", 0))
+    print(shape, dt, "fwd", rw.plan(*shape, dt, rw.fwd_maxp(dt), rw.fwd_threads(dt), sms, occupancy=rw.occupancy(fk, "")),
+          "\n   norm bwd", rw.plan(*shape, dt, norm.bwd_maxp(dt), norm.bwd_threads(dt), sms, persistent=True,
+                                   occupancy=rw.occupancy(bk, "", lambda t: norm.bwd_smem(dt, t))))
 PY
 timeout -s KILL ${TEST_TIMEOUT:-130} python3 -m pytest -q -ra -p no:cacheprovider --durations=8 \
     tests/test_softmax.py tests/test_norm.py 2>&1 | tee "$OUT/pytest.log" | tail -45

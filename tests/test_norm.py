@@ -6,7 +6,7 @@ import pytest
 import cupy_kernels as ck
 from conftest import FLOATS, TOL, cupy_array, gpu, rel_err, rng, rounded, to_f64, torch, torch_gpu
 from cupy_kernels.ops import _rowwise as rw
-from cupy_kernels.ops.norm import BWD_THREADS, FWD_THREADS, norm_backward_impl, norm_forward_impl
+from cupy_kernels.ops.norm import bwd_maxp, bwd_threads, fwd_threads, norm_backward_impl, norm_forward_impl
 
 ALL = FLOATS + ("float64",)
 SMS = 132
@@ -47,8 +47,16 @@ def dx_err(got, want, xv, wv, dyv, eps, mode):
     return diff / max(np.linalg.norm(want), scale)
 
 
-def boundary_lengths(dtype, threads):
-    V, P = rw.vec(dtype), (rw.fwd_maxp(dtype) if threads == FWD_THREADS else rw.maxp(dtype))
+def threads_of(kind, dtype):
+    return fwd_threads(dtype) if kind == "fwd" else bwd_threads(dtype)
+
+
+def maxp_of(kind, dtype):
+    return rw.fwd_maxp(dtype) if kind == "fwd" else bwd_maxp(dtype)
+
+
+def boundary_lengths(dtype, kind):
+    threads, V, P = threads_of(kind, dtype), rw.vec(dtype), maxp_of(kind, dtype)
     sub, block = 32 * min(rw.TARGET_PACKS, P) * V, threads * P * V
     return sorted({1, 2, 3, V + 1, 127, 1000, 4097, sub, sub + 1, block, block + 1, block + V, 3 * block + 5})
 
@@ -58,11 +66,10 @@ def boundary_lengths(dtype, threads):
 
 def test_boundaries_cover_every_path():
     for dtype in ALL:
-        for threads, persistent in ((FWD_THREADS, False), (BWD_THREADS, True)):
-            mp = rw.fwd_maxp(dtype) if threads == FWD_THREADS else rw.maxp(dtype)
-            paths = {rw.plan(4, n, dtype, mp, threads, SMS, persistent).path
-                     for n in boundary_lengths(dtype, threads)}
-            assert paths == {"subwarp", "block", "multiblock"}, (dtype, threads)
+        for kind, persistent in (("fwd", False), ("bwd", True)):
+            paths = {rw.plan(4, n, dtype, maxp_of(kind, dtype), threads_of(kind, dtype), SMS, persistent).path
+                     for n in boundary_lengths(dtype, kind)}
+            assert paths == {"subwarp", "block", "multiblock"}, (dtype, kind)
 
 
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
@@ -120,7 +127,7 @@ def affine(n, dtype, mode, weight=True, bias=True):
 @pytest.mark.parametrize("dtype", ALL)
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_forward_every_path(mode, dtype):
-    for n in boundary_lengths(dtype, FWD_THREADS):
+    for n in boundary_lengths(dtype, "fwd"):
         rows = 5 if n > 4096 else 67
         for with_affine in (True, False):
             x, xv = make((rows, n), dtype, 2.0, 0.5)
@@ -130,8 +137,8 @@ def test_forward_every_path(mode, dtype):
             want, _, want_rstd = ref_forward(xv, wv, bv, eps, mode)
             assert y.dtype == x.dtype and y.shape == x.shape
             assert rel_err(y, want) <= TOL[dtype], (n, with_affine)
-            if rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), FWD_THREADS, SMS).parts > 1:
-                for variant in ("split", "exchange"):  # both ways of splitting a long row
+            if rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), fwd_threads(dtype), SMS).parts > 1:
+                for variant in ("split", "exchange", "counter"):  # every way of splitting a long row
                     got = norm_forward_impl(x, w, b, eps, mode, variant=variant)
                     assert rel_err(got[0], want) <= TOL[dtype] and rel_err(got[2], want_rstd[:, 0]) <= 1e-5, variant
             assert str(rstd.dtype) == rw.ACC[dtype]
@@ -144,7 +151,7 @@ def test_forward_every_path(mode, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_large_mean_is_stable(dtype):
     """Two-pass variance (and the Chan combination across blocks): an offset of 1e4 costs nothing."""
-    for n in (300, 5000, 3 * 512 * rw.fwd_maxp(dtype) * rw.vec(dtype) + 5):
+    for n in (300, 5000, 3 * fwd_threads(dtype) * rw.fwd_maxp(dtype) * rw.vec(dtype) + 5):
         x, xv = make((4, n), dtype, 1.0, 1e4)
         y, _, _ = norm_forward_impl(x, None, None, 1e-5, "layer_norm")
         assert rel_err(y, ref_forward(xv, None, None, 1e-5, "layer_norm")[0]) <= (5e-3 if dtype == "float32" else 1e-9)
@@ -152,9 +159,30 @@ def test_large_mean_is_stable(dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", ALL)
+def test_layer_norm_shifted_sums_fall_back_to_two_pass(dtype):
+    """The one-reduction variance uses sums shifted by the row's first element; rows whose first element
+    is far from the mean (an outlier, a constant offset elsewhere) take the exact second pass."""
+    for n in (5, 300, 4097, 3 * fwd_threads(dtype) * rw.fwd_maxp(dtype) * rw.vec(dtype) + 5):
+        host = rng().standard_normal((6, n))
+        host[0, 0] = 1e3                      # outlier first: all of the variance in one element
+        host[1, 1:] += 50.0                   # first element 50 standard deviations below the rest
+        host[2, 0] = np.nan                   # NaN first: propagates
+        host[3, n // 2] = np.inf              # inf elsewhere: NaN row like torch
+        x = cupy_array(host, dtype)
+        xv = rounded(host, dtype)
+        y, mean, rstd = norm_forward_impl(x, None, None, 1e-5, "layer_norm")
+        want = ref_forward(xv, None, None, 1e-5, "layer_norm")[0]
+        got = to_f64(y)
+        for r in (0, 1, 4, 5):
+            assert rel_err(got[r], want[r]) <= TOL[dtype], (n, r)
+        assert np.isnan(got[2]).all() and np.isnan(got[3]).all(), n
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ALL)
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_every_path(mode, dtype):
-    for n in boundary_lengths(dtype, BWD_THREADS):
+    for n in boundary_lengths(dtype, "bwd"):
         rows = 5 if n > 4096 else 67
         x, xv = make((rows, n), dtype, 2.0, 0.5)
         w, b, wv, bv = affine(n, dtype, mode)
@@ -162,7 +190,7 @@ def test_backward_every_path(mode, dtype):
         _, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
         rdx, rdw, rdb = ref_backward(xv, wv, bv, dyv, 1e-5, mode)
         tol = 3 * TOL[dtype]
-        for variant in ("auto", "split", "exchange"):  # the last two differ only for long rows
+        for variant in ("auto", "split", "exchange", "counter", "stages3", "stages5"):  # long rows: 2-4
             dx, dw, db = norm_backward_impl(dy, x, w, b, mean, rstd, mode, variant=variant)
             assert dx_err(dx, rdx, xv, wv, dyv, 1e-5, mode) <= tol, (n, variant)
             assert rel_err(dw, rdw) <= tol, (n, variant)
@@ -176,7 +204,7 @@ def test_backward_every_path(mode, dtype):
 @pytest.mark.parametrize("dtype", ALL)
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_inplace_forward_and_backward_from_output(mode, dtype):
-    for n in (3, 300, 4097, 3 * 256 * rw.maxp(dtype) * rw.vec(dtype) + 5):
+    for n in (3, 300, 4097, 3 * bwd_threads(dtype) * bwd_maxp(dtype) * rw.vec(dtype) + 5):
         x, xv = make((9, n), dtype, 2.0, 0.5)
         w, b, wv, bv = affine(n, dtype, mode)
         dy, dyv = make((9, n), dtype)
@@ -210,7 +238,7 @@ def test_dweight_is_deterministic():
 
 
 @gpu
-@pytest.mark.parametrize("variant", ["block", "scalar", "split", "exchange"])
+@pytest.mark.parametrize("variant", ["block", "scalar", "split", "exchange", "counter"])
 def test_ladder_variants(variant):
     for n in (1, 33, 1000, 4096, 20000):
         x, xv = make((9, n), "float32")
@@ -263,7 +291,7 @@ def weight(n, dtype):
 @pytest.mark.parametrize("dtype", ALL)
 def test_torch_matches_torch(dtype):
     F = torch.nn.functional
-    for shape in ((3, 1), (65, 130), (4, 5000), (2, 3 * 512 * rw.fwd_maxp(dtype) * rw.vec(dtype) + 3)):
+    for shape in ((3, 1), (65, 130), (4, 5000), (2, 3 * fwd_threads(dtype) * rw.fwd_maxp(dtype) * rw.vec(dtype) + 3)):
         n = shape[-1]
         for rms in (False, True):
             x = tensor(shape, dtype, True, 2.0, 0.5)

@@ -6,7 +6,7 @@ import pytest
 import cupy_kernels as ck
 from conftest import FLOATS, TOL, cupy_array, gpu, rel_err, rng, rounded, to_f64, torch, torch_gpu
 from cupy_kernels.ops import _rowwise as rw
-from cupy_kernels.ops.softmax import softmax_backward_impl, softmax_impl
+from cupy_kernels.ops.softmax import softmax_backward_impl, softmax_impl, threads_of
 
 ALL = FLOATS + ("float64",)
 SMS = 132  # plan() boundaries below do not depend on the SM count except for the multi-block cap
@@ -40,18 +40,22 @@ def maxp(dtype, kind):
     return rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype)
 
 
+def threads(dtype, kind):
+    return threads_of(kind, dtype)
+
+
 def boundary_lengths(dtype, kind):
     """Row lengths on both sides of each dispatch boundary of plan() for this dtype and kernel."""
     V, P = rw.vec(dtype), maxp(dtype, kind)
     sub = 32 * min(rw.TARGET_PACKS, P) * V    # longest sub-warp row
-    block = 512 * P * V                        # longest single-block row
+    block = threads(dtype, kind) * P * V       # longest single-block row
     out = {1, 2, 3, V - 1, V + 1, 127, 1000, 4097, sub - 1, sub, sub + 1, sub + V, block - 1, block, block + 1,
            block + V, 3 * block + 5}
     return sorted(n for n in out if n >= 1)
 
 
 def paths_of(dtype, kind, lengths):
-    return {rw.plan(4, n, dtype, maxp(dtype, kind), 512, SMS).path for n in lengths}
+    return {rw.plan(4, n, dtype, maxp(dtype, kind), threads(dtype, kind), SMS).path for n in lengths}
 
 
 # ---- CPU ---------------------------------------------------------------------------------------
@@ -66,14 +70,15 @@ def test_boundaries_cover_every_path():
 def test_plan_geometry_holds_the_row():
     for dtype, kind in ((d, k) for d in ALL for k in ("fwd", "bwd")):
         for n in boundary_lengths(dtype, kind) + [262144, 262147]:
-            p = rw.plan(7, n, dtype, maxp(dtype, kind), 512, SMS)
+            p = rw.plan(7, n, dtype, maxp(dtype, kind), threads(dtype, kind), SMS)
             V = rw.vec(dtype)
             assert p.packs <= maxp(dtype, kind)
             assert p.group * p.packs * V >= min(n, p.chunk)          # a segment fits the group's registers
             assert p.parts * p.chunk >= n and (p.parts - 1) * p.chunk < n  # no empty segment
             assert p.parts == 1 or (p.chunk % V == 0 and p.group == p.threads)
             assert p.grid % p.parts == 0
-            assert p.parts == 1 or p.split or p.grid <= rw.min_blocks_per_sm(dtype) * SMS  # co-resident
+            per_sm = min(rw.min_blocks_per_sm(dtype), 2048 // p.threads)
+            assert p.parts == 1 or p.split or p.grid <= per_sm * SMS  # co-resident
 
 
 def test_plan_long_rows():
@@ -127,14 +132,15 @@ def test_forward_every_path(mode, dtype):
         x, xv = make((rows, n), dtype)
         got = getattr(ck, mode)(x)
         assert got.dtype == x.dtype and got.shape == x.shape
-        assert rel_err(got, ref(xv)) <= TOL[dtype], (n, rw.plan(rows, n, dtype, maxp(dtype, "fwd"), 512, SMS))
-        if rw.plan(rows, n, dtype, maxp(dtype, "fwd"), 512, SMS).parts > 1:
-            for variant in ("split", "exchange"):  # both ways of splitting a long row
+        p = rw.plan(rows, n, dtype, maxp(dtype, "fwd"), threads(dtype, "fwd"), SMS)
+        assert rel_err(got, ref(xv)) <= TOL[dtype], (n, p)
+        if p.parts > 1:
+            for variant in ("split", "exchange", "counter"):  # every way of splitting a long row
                 assert rel_err(softmax_impl(x, -1, mode, variant), ref(xv)) <= TOL[dtype], (n, variant)
 
 
 @gpu
-@pytest.mark.parametrize("variant", ["block", "scalar", "split", "exchange"])
+@pytest.mark.parametrize("variant", ["block", "scalar", "split", "exchange", "counter"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_ladder_variants(variant, dtype):
     for n in (1, 33, 1000, 4096, 20000, 70001):
@@ -156,7 +162,7 @@ def test_backward_every_path(mode, dtype):
         y = cupy_array(yv, dtype)
         dy, dyv = make((rows, n), dtype, 1.0)
         assert rel_err(fn(y, dy), grad(yv, dyv)) <= 2 * TOL[dtype], n
-        for variant in ("split", "exchange"):  # both ways of splitting a long row (the same otherwise)
+        for variant in ("split", "exchange", "counter"):  # every way of splitting a long row (the same otherwise)
             got = softmax_backward_impl(y, dy, -1, mode, variant)
             assert rel_err(got, grad(yv, dyv)) <= 2 * TOL[dtype], (n, variant)
 
@@ -194,7 +200,7 @@ def test_special_values(dtype):
     """Rows with -inf entries, a row all -inf (NaN like torch), NaN propagation, and for float16 logits of
     1e4 that must stay finite; on every path (short, medium and multi-block rows)."""
     ninf = -np.inf
-    for n in (7, 3000, 3 * 512 * rw.fwd_maxp(dtype) * rw.vec(dtype) + 5):
+    for n in (7, 3000, 3 * threads(dtype, "fwd") * rw.fwd_maxp(dtype) * rw.vec(dtype) + 5):
         host = rng().standard_normal((5, n))
         host[0, : n // 2 + 1] = ninf               # -inf in the first half (a whole segment when split)
         host[1] = ninf                              # all -inf -> NaN

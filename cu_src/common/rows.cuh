@@ -9,6 +9,19 @@
 #pragma once
 #include "reduce.cuh"
 
+template <typename A> __device__ __forceinline__ A fast_exp(A x);
+template <> __device__ __forceinline__ float fast_exp<float>(float x) { return __expf(x); }
+template <> __device__ __forceinline__ double fast_exp<double>(double x) { return exp(x); }
+template <typename A> __device__ __forceinline__ A acc_log(A x);
+template <> __device__ __forceinline__ float acc_log<float>(float x) { return logf(x); }
+template <> __device__ __forceinline__ double acc_log<double>(double x) { return log(x); }
+template <typename A> __device__ __forceinline__ A acc_rsqrt(A x);
+template <> __device__ __forceinline__ float acc_rsqrt<float>(float x) { return rsqrtf(x); }
+template <> __device__ __forceinline__ double acc_rsqrt<double>(double x) { return 1.0 / sqrt(x); }
+template <typename A> __device__ __forceinline__ A acc_div(A a, A b);
+template <> __device__ __forceinline__ float acc_div<float>(float a, float b) { return __fdividef(a, b); }  // ~2 ulp
+template <> __device__ __forceinline__ double acc_div<double>(double a, double b) { return a / b; }
+
 // 16-byte packs a thread holds per row tensor: 16 elements (4 for float64), so that a kernel holding
 // two tensors (backward) stays within 64 registers, spill-free.
 template <typename T> struct RowPacks { static constexpr int value = Vec16<T>::N == 4 ? 4 : 2; };
@@ -16,6 +29,9 @@ template <typename T> struct RowPacks { static constexpr int value = Vec16<T>::N
 template <typename T> struct FwdPacks { static constexpr int value = sizeof(T) == 8 ? 2 : 4; };
 // Resident blocks per SM the kernels' __launch_bounds__ ask for (float64's exp needs more registers).
 template <typename T> struct RowMinBlocks { static constexpr int value = sizeof(T) == 8 ? 1 : 2; };
+// Largest block of the forward kernels: 1024 threads at 64 registers (one block per SM holds a
+// 32768-element half row, or 16384 float32, without splitting it), 512 at 128 registers for float64.
+template <typename T> struct FwdThreads { static constexpr int value = sizeof(T) == 8 ? 512 : 1024; };
 
 template <typename T> struct RowLayout {
   static constexpr int V = Vec16<T>::N;
@@ -48,6 +64,28 @@ __device__ __forceinline__ void load_packs(typename Vec16<T>::type (&r)[MAXP], c
         for (int e = 0; e < L.V; ++e) r[p].v[e] = i + e < L.len ? src[i + e] : f;
       }
     }
+  }
+}
+
+// Asynchronous 16-byte copies global -> shared (sm_80+, no registers held while in flight).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// cp_async_wait<n>() for a run-time n <= MAX.
+template <int MAX>
+__device__ __forceinline__ void cp_async_wait_dyn(int n) {
+  if (n >= MAX) {
+    cp_async_wait<MAX>();
+  } else if constexpr (MAX > 0) {
+    cp_async_wait_dyn<MAX - 1>(n);
   }
 }
 
@@ -121,10 +159,44 @@ __device__ __forceinline__ A row_reduce(A v, int G, unsigned mask, A* scratch /*
   return G > 32 ? block_reduce<Op>(v, scratch) : group_reduce<Op>(v, G, mask);
 }
 
+// Two sums over the threads sharing a row segment, with one pair of barriers on the block path.
+// scratch: 64 entries.
+template <typename A>
+__device__ __forceinline__ void row_reduce2(A& a, A& b, int G, unsigned mask, A* scratch) {
+  if (G <= 32) {
+    a = group_reduce<SumOp>(a, G, mask);
+    b = group_reduce<SumOp>(b, G, mask);
+    return;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  a = group_reduce<SumOp>(a, 32);
+  b = group_reduce<SumOp>(b, 32);
+  if (lane == 0) {
+    scratch[warp] = a;
+    scratch[32 + warp] = b;
+  }
+  __syncthreads();
+  a = lane < warps ? scratch[lane] : A(0);
+  b = lane < warps ? scratch[32 + lane] : A(0);
+  a = group_reduce<SumOp>(a, 32);
+  b = group_reduce<SumOp>(b, 32);
+  __syncthreads();
+}
+
+// Parts per row the one-launch exchange supports (its shared copy of a row's slots: 2 per part).
+constexpr int MAX_EXCHANGE_PARTS = 256;
+template <typename A>
+__device__ __forceinline__ A* parts_copy() {
+  __shared__ A got[2 * MAX_EXCHANGE_PARTS];
+  return got;
+}
+
 // Blocks part = 0 .. parts-1 of a row each publish K accumulators into slots[row][part][K], then wait
-// until every part of the row has published; the caller then reads the row's slots with __ldcg
-// (L2: another block wrote them) in part order, so every block combines identically
-// (deterministic). Needs all blocks of a row resident at once: the host sizes the grid for that.
+// until every part of the row has published, then copy the row's slots (read through L2: other
+// blocks wrote them) into shared memory; the caller reads that copy in part order, so every block
+// combines identically (deterministic). Needs all blocks of a row resident at once: the host sizes
+// the grid for that. The copy is rewritten by the next row's exchange only after the caller's block
+// reductions (their barriers end every read of it).
 // `sync` holds one counter per row, zero before the launch. Called by every thread of the block.
 template <typename A, int K>
 __device__ __forceinline__ const A* exchange_parts(const A (&v)[K], A* slots, int* sync, long long row, int part,
@@ -139,17 +211,66 @@ __device__ __forceinline__ const A* exchange_parts(const A (&v)[K], A* slots, in
     __threadfence();
   }
   __syncthreads();
-  return s;
+  A* got = parts_copy<A>();
+  for (int i = threadIdx.x; i < parts * K; i += blockDim.x) got[i] = __ldcg(s + i);
+  __syncthreads();
+  return got;
+}
+
+// The exchange for float accumulators, in one L2 round trip after the last part publishes: each
+// value travels with its tag in one 64-bit word (tag 1 in the high half, the float's bits in the low
+// half; the words are zero before the launch), so a reader that sees the tag sees the value: no
+// fences, no counters. Thread i of the block polls word i (i < parts * K) until tagged and copies the
+// value into shared memory, which it returns; the caller reads it in part order (deterministic).
+// Needs all blocks of a row resident at once, as exchange_parts.
+__device__ __forceinline__ void st_relaxed_u64(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+template <int K>
+__device__ __noinline__ const float* exchange_tagged(const float (&v)[K], unsigned long long* words, long long row,
+                                                        int part, int parts) {
+  float* got = parts_copy<float>();
+  unsigned long long* s = words + row * parts * K;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) st_relaxed_u64(s + part * K + k, (1ull << 32) | __float_as_uint(v[k]));
+  }
+  for (int i = threadIdx.x; i < parts * K; i += blockDim.x) {
+    unsigned long long x;
+    while (((x = ld_relaxed_u64(s + i)) >> 32) == 0) __nanosleep(32);
+    got[i] = __uint_as_float((unsigned)x);
+  }
+  __syncthreads();
+  return got;
+}
+
+// A value of the parts' slots: the exchange's shared copy (one launch) or global memory written by
+// the previous launch (two launches): a plain generic load either way.
+template <typename A>
+__device__ __forceinline__ A ld_part(const A* p) {
+  return *p;
 }
 
 // The partial statistics of a row split over `parts` blocks, by launch phase:
-//   0: one launch, the blocks of a row co-resident: exchange_parts (publish, wait, read);
+//   0: one launch, the blocks of a row co-resident: exchange_tagged for float accumulators (`slots`
+//      then holds 64-bit words), exchange_parts for double (publish, wait, read);
+//   3: as 0 but exchange_parts (counters) for any accumulator (the measured alternative);
 //   1: first of two launches: publish only (the caller then skips the row's output);
 //   2: second launch: read what launch 1 published (no co-residency needed, one more read of x).
 template <typename A, int K>
 __device__ __forceinline__ const A* row_parts(const A (&v)[K], A* slots, int* sync, long long row, int part, int parts,
                                               int phase) {
-  if (phase == 0) return exchange_parts<A, K>(v, slots, sync, row, part, parts);
+  if (phase == 0 || phase == 3) {
+    if constexpr (sizeof(A) == 4) {
+      if (phase == 0) return exchange_tagged<K>(v, reinterpret_cast<unsigned long long*>(slots), row, part, parts);
+    }
+    return exchange_parts<A, K>(v, slots, sync, row, part, parts);
+  }
   A* s = slots + row * parts * K;
   if (phase == 1 && threadIdx.x == 0) {
 #pragma unroll
@@ -160,6 +281,7 @@ __device__ __forceinline__ const A* row_parts(const A (&v)[K], A* slots, int* sy
 
 // out[k] = sum over the parts' slots s[q * K + k]: thread t reads parts t, t + block, ... (parallel L2
 // loads), then a block reduction in fixed order, so every block of a row gets the same sums.
+// K = 2 reduces both sums with one pair of barriers (scratch: 64 entries).
 template <typename A, int K>
 __device__ __forceinline__ void sum_parts(const A* s, int parts, A (&out)[K], A* scratch) {
   A acc[K];
@@ -167,20 +289,13 @@ __device__ __forceinline__ void sum_parts(const A* s, int parts, A (&out)[K], A*
   for (int k = 0; k < K; ++k) acc[k] = A(0);
   for (int q = threadIdx.x; q < parts; q += blockDim.x)
 #pragma unroll
-    for (int k = 0; k < K; ++k) acc[k] += __ldcg(s + q * K + k);
+    for (int k = 0; k < K; ++k) acc[k] += ld_part(s + q * K + k);
+  if (K == 2) {
+    row_reduce2<A>(acc[0], acc[K - 1], blockDim.x, 0xffffffffu, scratch);
+#pragma unroll
+    for (int k = 0; k < K; ++k) out[k] = acc[k];
+    return;
+  }
 #pragma unroll
   for (int k = 0; k < K; ++k) out[k] = block_reduce<SumOp>(acc[k], scratch);
 }
-
-template <typename A> __device__ __forceinline__ A fast_exp(A x);
-template <> __device__ __forceinline__ float fast_exp<float>(float x) { return __expf(x); }
-template <> __device__ __forceinline__ double fast_exp<double>(double x) { return exp(x); }
-template <typename A> __device__ __forceinline__ A acc_log(A x);
-template <> __device__ __forceinline__ float acc_log<float>(float x) { return logf(x); }
-template <> __device__ __forceinline__ double acc_log<double>(double x) { return log(x); }
-template <typename A> __device__ __forceinline__ A acc_rsqrt(A x);
-template <> __device__ __forceinline__ float acc_rsqrt<float>(float x) { return rsqrtf(x); }
-template <> __device__ __forceinline__ double acc_rsqrt<double>(double x) { return 1.0 / sqrt(x); }
-template <typename A> __device__ __forceinline__ A acc_div(A a, A b);
-template <> __device__ __forceinline__ float acc_div<float>(float a, float b) { return __fdividef(a, b); }  // ~2 ulp
-template <> __device__ __forceinline__ double acc_div<double>(double a, double b) { return a / b; }

@@ -34,7 +34,9 @@ def norm_suite(quick: bool):
                      **({"ladder: long rows, one launch (exchange)":
                          lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm", variant="exchange"),
                          "ladder: long rows, two launches (split)":
-                         lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm", variant="split")}
+                         lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm", variant="split"),
+                         "ladder: long rows, one launch, counter exchange":
+                         lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm", variant="counter")}
                         if n >= 32768 else {}),
                      "torch F.layer_norm": lambda: F.layer_norm(x, (n,), w, b, 1e-5)}, bytes=2 * nbytes)
         yield Group("rms_norm", label, dtype,
@@ -55,8 +57,12 @@ def norm_suite(quick: bool):
                      **({"ladder: long rows, one launch (exchange)":
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="exchange"),
                          "ladder: long rows, two launches (split)":
-                         lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="split")}
+                         lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="split"),
+                         "ladder: long rows, one launch, counter exchange":
+                         lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="counter")}
                         if n >= 8192 else {}),
+                     **{f"ladder: pipeline {k} stages": (lambda k=k: norm_backward_impl(
+                         dyc, xc, wc, bc, mean, rstd, "layer_norm", variant=f"stages{k}")) for k in (3, 4)},
                      "torch native_layer_norm_backward": lambda: torch.ops.aten.native_layer_norm_backward(
                          dy, x, [n], ln_mean, ln_rstd, w, b, [True, True, True])},
                     bytes=3 * nbytes)

@@ -40,6 +40,8 @@ def softmax_suite(quick: bool):
         if shape[-1] >= 32768:  # rows split over blocks: both ways
             impls["ladder: long rows, one launch (exchange)"] = lambda: softmax_impl(xc, -1, "softmax", "exchange")
             impls["ladder: long rows, two launches (split)"] = lambda: softmax_impl(xc, -1, "softmax", "split")
+            impls["ladder: long rows, one launch, counter exchange"] = lambda: softmax_impl(xc, -1, "softmax",
+                                                                                           "counter")
         if x.numel() * 4 <= 1 << 30:
             impls["torch formulation exp(x - max) / sum"] = lambda: (
                 lambda e: e / e.sum(-1, keepdim=True))((x - x.amax(-1, keepdim=True)).exp())
@@ -56,7 +58,9 @@ def softmax_suite(quick: bool):
                      **({"ladder: long rows, one launch (exchange)":
                          lambda: softmax_backward_impl(yc, dyc, -1, "softmax", "exchange"),
                          "ladder: long rows, two launches (split)":
-                         lambda: softmax_backward_impl(yc, dyc, -1, "softmax", "split")} if shape[-1] >= 16384 else {}),
+                         lambda: softmax_backward_impl(yc, dyc, -1, "softmax", "split"),
+                         "ladder: long rows, one launch, counter exchange":
+                         lambda: softmax_backward_impl(yc, dyc, -1, "softmax", "counter")} if shape[-1] >= 16384 else {}),
                      "torch _softmax_backward_data": lambda: torch._softmax_backward_data(dy, y, -1, y.dtype),
                      "torch formulation y * (dy - sum(dy * y))": lambda: y * (dy - (dy * y).sum(-1, keepdim=True))},
                     bytes=3 * nbytes)

@@ -35,6 +35,23 @@ def min_blocks_per_sm(dtype: str) -> int:
     return 1 if dtype == "float64" else 2
 
 
+def fwd_threads(dtype: str, n: int | None = None) -> int:
+    """Largest block of the forward kernels (FwdThreads in rows.cuh: __launch_bounds__(1024, 1) at 64
+    registers; float64 512 at 128). With a row length n: 1024 only where it holds the row in one block
+    that 512 threads could not (no exchange between blocks); rows longer than that split over
+    512-thread blocks, two per SM (measured faster than 1024-thread parts: 256x262144 float32)."""
+    if dtype == "float64":
+        return 512
+    if n is None:
+        return 1024
+    P = -(-n // vec(dtype))
+    return 1024 if 512 * fwd_maxp(dtype) < P <= 1024 * fwd_maxp(dtype) else 512
+
+
+MAX_THREADS_PER_SM = 2048  # sm_80 / sm_90
+MAX_EXCHANGE_PARTS = 256   # rows.cuh
+
+
 def next_pow2(v: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(v, 1))))
 
@@ -93,12 +110,14 @@ def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: i
             chunk = per_part * V
             parts = ceil_div(n, chunk)
         gpb = 1
-    per_sm = (occupancy(threads) if occupancy else 0) or min_blocks or min_blocks_per_sm(dtype)
+    per_sm = (occupancy(threads) if occupancy else 0) or min(min_blocks or min_blocks_per_sm(dtype),
+                                                             max(1, MAX_THREADS_PER_SM // threads))
     resident = per_sm * sm_count
     groups = ceil_div(rows, gpb)
     split = False
     if parts > 1:
-        split = (long_rows or LONG_ROWS) == "split" or parts > resident  # too long to be co-resident: split
+        # too long to be co-resident, or more parts than the tagged exchange holds: split
+        split = (long_rows or LONG_ROWS) == "split" or parts > resident or parts > MAX_EXCHANGE_PARTS
         if not split:
             grid = parts * min(groups, resident // parts)
         else:
@@ -132,22 +151,30 @@ def aligned(n: int, dtype: str, *arrays) -> int:
     return int(all(a is None or a.data.ptr % 16 == 0 for a in arrays))
 
 
-def exchange_buffers(call, p: Plan, dtype: str, k: int = 2):
-    """The per-row counters (zeroed; phase 0 only) and slots the blocks of one row meet through
-    (parts > 1), else null pointers."""
+def exchange_buffers(call, p: Plan, dtype: str, k: int = 2, counter: bool = False):
+    """The per-row counters and slots the blocks of one row meet through (parts > 1), else null
+    pointers. One launch (phase 0) with float accumulators: no counters, zeroed 64-bit tagged slots
+    (exchange_tagged in rows.cuh); with double: zeroed counters and plain slots; two launches: slots."""
     if p.parts == 1:
         return np.uint64(0), np.uint64(0)
-    slots = call.empty((p.rows * p.parts * k,), ACC[dtype])
     if p.split:
-        return np.uint64(0), slots
+        return np.uint64(0), call.empty((p.rows * p.parts * k,), ACC[dtype])
+    if ACC[dtype] == "float32" and not counter:
+        words = call.empty((p.rows * p.parts * k,), "int64")
+        words.fill(0)
+        return np.uint64(0), words
+    slots = call.empty((p.rows * p.parts * k,), ACC[dtype])
     sync = call.empty((p.rows,), "int32")
     sync.fill(0)
     return sync, slots
 
 
-def phases(p: Plan):
-    """The phase argument of each launch: (0,) in one launch, (1, 2) for a split long row."""
-    return (1, 2) if p.parts > 1 and p.split else (0,)
+def phases(p: Plan, counter: bool = False):
+    """The phase argument of each launch: (0,) in one launch (tagged exchange for float accumulators;
+    (3,) with `counter`: the counter exchange), (1, 2) for a split long row."""
+    if p.parts > 1 and p.split:
+        return (1, 2)
+    return (3,) if counter and p.parts > 1 else (0,)
 
 
 def ptr(a):

@@ -3,17 +3,48 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._runtime import CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, is_cupy, is_torch
+from .._runtime import (CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, is_cupy, is_torch)
 from . import _rowwise as rw
 
 SOURCE = KernelSource("norm.cu")
 MODES = {"layer_norm": 0, "rms_norm": 1}
-FWD_THREADS, BWD_THREADS = 512, 256  # __launch_bounds__ of norm_fwd / norm_bwd
-VARIANTS = ("auto", "block", "scalar", "split", "exchange")
+# Largest blocks: norm_fwd rw.fwd_threads(dtype) (1024; float64 512), norm_bwd bwd_threads(dtype).
+VARIANTS = ("auto", "block", "scalar", "split", "exchange", "counter")
+COUNTER_EXCHANGE = {"fwd": False, "bwd": False}  # one-launch long rows: tagged words (False) or counters
+STATIC_SMEM = 4608  # norm_bwd's static shared memory at most (scratch + the exchange's copy, float64)
+
+
+def fwd_threads(dtype: str, n: int | None = None) -> int:
+    return rw.fwd_threads(dtype, n)
+
+
+BWD_FALLBACK_THREADS = 256  # where the 512-thread block's shared memory exceeds the device's limit
+
+
+def bwd_threads(dtype: str) -> int:
+    """NormBwdThreads in norm.cu: 512 (one block per SM at 128 registers), 256 for float64."""
+    return 256 if dtype == "float64" else 512
 
 
 def bwd_maxp(dtype: str) -> int:
+    """Packs of each of x and dy per thread in norm_bwd (RowPacks in rows.cuh)."""
     return rw.maxp(dtype)
+
+
+MAX_STAGES = 8  # NORM_BWD_MAX_STAGES in norm.cu
+
+
+def bwd_stages(dtype: str) -> int:
+    """Stages of norm_bwd's cp.async pipeline (rows in flight per thread + 1): 2, the fastest measured
+    (3, 4, 6 were slower or equal on every benchmark shape: docs/norm.md)."""
+    return 2
+
+
+def bwd_smem(dtype: str, threads: int, stages: int | None = None) -> int:
+    """Dynamic shared memory of norm_bwd: the dweight and dbias accumulators of every thread's columns,
+    then the pipeline's stages (x and dy packs of every thread)."""
+    acc = 2 * threads * bwd_maxp(dtype) * rw.vec(dtype) * rw.ITEMSIZE[rw.ACC[dtype]]
+    return acc + (stages or bwd_stages(dtype)) * 2 * bwd_maxp(dtype) * 16 * threads
 
 
 def fwd_maxp(dtype: str) -> int:
@@ -21,8 +52,9 @@ def fwd_maxp(dtype: str) -> int:
 
 
 def bwd_min_blocks(dtype: str, from_output: bool) -> int:
-    """NormBwdMinBlocks in norm.cu."""
-    return 1 if dtype == "float64" else 2
+    """Resident norm_bwd blocks per SM guaranteed at its largest block (__launch_bounds__(.., 1)); the
+    persistent grid uses the occupancy calculator's figure, this only when that cannot be asked."""
+    return 1
 
 
 def _fwd(dtype, mode):
@@ -107,12 +139,14 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
         if rows and n:
             name = _fwd(dtype, mode)
             kernel = SOURCE.kernel(name)
-            p = rw.plan(rows, n, dtype, fwd_maxp(dtype), FWD_THREADS, current().sm_count,
+            p = rw.plan(rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), current().sm_count,
                         force=variant if variant == "block" else None, occupancy=rw.occupancy(kernel, name),
-                        long_rows=variant if variant in ("split", "exchange") else None)
+                        long_rows="exchange" if variant == "counter" else
+                        variant if variant in ("split", "exchange") else None)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
-            sync, slots = rw.exchange_buffers(call, p, dtype)
-            for phase in rw.phases(p):
+            counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["fwd"])
+            sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
+            for phase in rw.phases(p, counter):
                 kernel((p.grid,), (p.threads,),
                        (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
                         np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
@@ -170,29 +204,50 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
             name = _bwd(dtype, mode, from_output)
             kernel = SOURCE.kernel(name)
 
-            def smem_of(threads):
-                return 2 * threads * bwd_maxp(dtype) * rw.vec(dtype) * rw.ITEMSIZE[acc]  # dw, db accumulators
+            stages = int(variant[6:]) if variant.startswith("stages") else bwd_stages(dtype)
+            if not 2 <= stages <= MAX_STAGES:
+                raise ValueError(f"{op}: pipeline stages must be 2..{MAX_STAGES}; got {stages}")
 
-            p = rw.plan(rows, n, dtype, bwd_maxp(dtype), BWD_THREADS, current().sm_count, persistent=True,
+            def smem_of(threads):
+                return bwd_smem(dtype, threads, stages)
+
+            # Dynamic + static shared memory must fit the device's opt-in bound, and above 48 KB together
+            # the kernel needs the attribute (float64: 48 KB dynamic + static). The attribute is raised
+            # only to what this call uses: run 3 set it to the device maximum and measured norm_fwd /
+            # norm_bwd on 4096x4096 float32 up to 1.6x slower (torch's kernels unchanged; suspected: the
+            # shared-memory carveout, hence L1, that a large attribute selects).
+            limit = current().shared_per_block_optin - STATIC_SMEM
+            max_threads = bwd_threads(dtype)
+            if smem_of(max_threads) > limit:  # e.g. sm_80 (163 KB per block), or a deep pipeline
+                max_threads = BWD_FALLBACK_THREADS
+            if smem_of(max_threads) > limit:
+                raise ValueError(f"{op}: {stages} pipeline stages need {smem_of(max_threads)} bytes of shared "
+                                 f"memory per block; the device allows {limit}")
+            need = smem_of(max_threads)
+            if need + STATIC_SMEM > 48 * 1024 and getattr(kernel, "max_dynamic_shared_size_bytes", 0) < need:
+                kernel.max_dynamic_shared_size_bytes = need
+            p = rw.plan(rows, n, dtype, bwd_maxp(dtype), max_threads, current().sm_count, persistent=True,
                         force=variant if variant == "block" else None,
                         min_blocks=bwd_min_blocks(dtype, from_output), occupancy=rw.occupancy(kernel, name, smem_of),
-                        long_rows=variant if variant in ("split", "exchange") else None)
+                        long_rows="exchange" if variant == "counter" else
+                        variant if variant in ("split", "exchange") else None)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, s2, d2, dx2, w, b)
-            sync, slots = rw.exchange_buffers(call, p, dtype)
+            counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["bwd"])
+            sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
             nrg = p.grid // p.parts
             dw_part = call.empty((nrg, n), acc) if want_w else None
             db_part = call.empty((nrg, n), acc) if want_b else None
-            for phase in rw.phases(p):
+            for phase in rw.phases(p, counter):
                 last = phase != 1  # the column partials come from the launch that writes dx
                 kernel((p.grid,), (p.threads,),
                        (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"],
                         rw.ptr(dw_part if last else None), rw.ptr(db_part if last else None), np.int64(rows),
                         np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts),
-                        np.int32(al), np.int32(phase), sync, slots),
+                        np.int32(al), np.int32(phase), sync, slots, np.int32(stages)),
                        shared_mem=smem_of(p.threads))
             if want_w or want_b:
                 SOURCE.kernel(_colsum(dtype))(
-                    (ceil_div(n, 32), 2), (32, 8),
+                    (ceil_div(n, 32), 2), (32, 32),
                     (rw.ptr(dw_part) if want_w else rw.ptr(db_part), rw.ptr(db_part) if want_w else np.uint64(0),
                      rw.ptr(dw) if want_w else rw.ptr(db), rw.ptr(db) if want_w else np.uint64(0),
                      np.int64(nrg), np.int64(n)))

@@ -8,8 +8,9 @@ from . import _rowwise as rw
 
 SOURCE = KernelSource("softmax.cu")
 MODES = {"softmax": 0, "log_softmax": 1}
-MAX_THREADS = 512          # __launch_bounds__(512, 2)
-VARIANTS = ("auto", "block", "scalar", "split", "exchange")  # the ladder: see docs/softmax.md
+BWD_THREADS = 512          # __launch_bounds__(512, 2) of softmax_bwd; softmax_fwd: rw.fwd_threads(dtype)
+VARIANTS = ("auto", "block", "scalar", "split", "exchange", "counter")  # the ladder: see docs/softmax.md
+COUNTER_EXCHANGE = {"fwd": False, "bwd": False}  # one-launch long rows: tagged words (False) or counters
 
 
 def _name(kind: str, dtype: str, mode: str) -> str:
@@ -29,15 +30,22 @@ def _axis(axis, ndim: int, op: str) -> int:
     return normalize_axes(axis, max(ndim, 1), op)[0]
 
 
+def threads_of(kind: str, dtype: str, n: int | None = None) -> int:
+    """Largest block of softmax_fwd / softmax_bwd (for rows of length n, when given)."""
+    return rw.fwd_threads(dtype, n) if kind == "fwd" else BWD_THREADS
+
+
 def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     name = _name(kind, dtype, mode)
     kernel = SOURCE.kernel(name)
-    p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype), MAX_THREADS,
+    p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype), threads_of(kind, dtype, n),
                 current().sm_count, force=variant if variant == "block" else None,
-                occupancy=rw.occupancy(kernel, name), long_rows=variant if variant in ("split", "exchange") else None)
+                occupancy=rw.occupancy(kernel, name),
+                long_rows="exchange" if variant == "counter" else variant if variant in ("split", "exchange") else None)
+    counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE[kind])
     al = 0 if variant == "scalar" else rw.aligned(n, dtype, *srcs, out)
-    sync, slots = rw.exchange_buffers(call, p, dtype)
-    for phase in rw.phases(p):
+    sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
+    for phase in rw.phases(p, counter):
         kernel((p.grid,), (p.threads,),
                (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs),
                 np.int32(p.parts), np.int32(al), np.int32(phase), sync, slots))
