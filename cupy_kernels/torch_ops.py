@@ -100,6 +100,10 @@ def _back(t, dim, ndim):
 
 @torch.library.custom_op("cupy_kernels::softmax", mutates_args=())
 def _softmax_op(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    return _softmax_fwd(x, dim, log)
+
+
+def _softmax_fwd(x, dim, log):
     y = _softmax.softmax_impl(_last(x, dim), -1, "log_softmax" if log else "softmax")
     return _back(y, dim, x.dim())
 
@@ -166,11 +170,13 @@ class _SoftmaxInplace(torch.autograd.Function):
 
 
 def softmax(x, axis=-1):
-    return _softmax_op(x, _dim(x, axis, "softmax"), False)
+    dim = _dim(x, axis, "softmax")
+    return _softmax_fwd(x, dim, False) if plain_eager(x) else _softmax_op(x, dim, False)
 
 
 def log_softmax(x, axis=-1):
-    return _softmax_op(x, _dim(x, axis, "log_softmax"), True)
+    dim = _dim(x, axis, "log_softmax")
+    return _softmax_fwd(x, dim, True) if plain_eager(x) else _softmax_op(x, dim, True)
 
 
 def softmax_(x, axis=-1):
@@ -178,7 +184,11 @@ def softmax_(x, axis=-1):
     _check_leaf("softmax_", x)
     if torch.is_grad_enabled() and x.requires_grad:
         return _SoftmaxInplace.apply(x)
-    _softmax_inplace_op(x)
+    if untraced(x):
+        _softmax.softmax_inplace_impl(x, -1)
+        torch.autograd.graph.increment_version(x)  # what the custom op's mutates_args does
+    else:
+        _softmax_inplace_op(x)
     return x
 
 
@@ -196,6 +206,10 @@ def _opt_contig(t):
 @torch.library.custom_op("cupy_kernels::norm", mutates_args=())
 def _norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
              rms: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _norm_fwd(x, weight, bias, eps, rms)
+
+
+def _norm_fwd(x, weight, bias, eps, rms):
     y, mean, rstd = _norm.norm_forward_impl(x.contiguous(), _opt_contig(weight), _opt_contig(bias), eps,
                                             "rms_norm" if rms else "layer_norm")
     return y, (rstd.new_empty(0) if mean is None else mean), rstd
@@ -280,12 +294,18 @@ class _NormInplace(torch.autograd.Function):
                 None, None)
 
 
+def _norm_call(x, weight, bias, eps, rms):
+    if plain_eager(*(t for t in (x, weight, bias) if t is not None)):
+        return _norm_fwd(x, weight, bias, float(eps), rms)[0]
+    return _norm_op(x, weight, bias, float(eps), rms)[0]
+
+
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
-    return _norm_op(x, weight, bias, float(eps), False)[0]
+    return _norm_call(x, weight, bias, eps, False)
 
 
 def rms_norm(x, weight=None, eps=1e-6):
-    return _norm_op(x, weight, None, float(eps), True)[0]
+    return _norm_call(x, weight, None, eps, True)
 
 
 def _norm_inplace(op, x, weight, bias, eps, rms):
@@ -294,7 +314,12 @@ def _norm_inplace(op, x, weight, bias, eps, rms):
     grad = torch.is_grad_enabled() and (x.requires_grad or any(p is not None and p.requires_grad
                                                                for p in (weight, bias)))
     if not grad:
-        _norm_inplace_op(x, weight, bias, float(eps), rms)
+        if untraced(*(t for t in (x, weight, bias) if t is not None)):
+            _norm.norm_forward_impl(x, _opt_contig(weight), _opt_contig(bias), float(eps),
+                                    "rms_norm" if rms else "layer_norm", inplace=True)
+            torch.autograd.graph.increment_version(x)
+        else:
+            _norm_inplace_op(x, weight, bias, float(eps), rms)
         return x
     if weight is not None and bool((weight == 0).any()):  # one device sync, only under autograd
         raise ValueError(f"{op}: weight has an entry of exactly zero; the in-place backward recomputes the "

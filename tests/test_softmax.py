@@ -277,6 +277,26 @@ def test_torch_gradcheck_and_dim():
 
 
 @torch_gpu
+def test_torch_eager_calls_and_version_counters():
+    """Eager no-grad calls run the kernels directly (no custom op): same results as the op path, and
+    in-place writes still bump the version counter autograd checks saved tensors with."""
+    x = tensor((37, 3000), "float32")
+    ref = torch.softmax(x.double(), -1)
+    assert rel_err(ck.softmax(x), ref.cpu().numpy()) < 1e-6
+    with torch.no_grad():
+        assert rel_err(ck.log_softmax(x), torch.log_softmax(x.double(), -1).cpu().numpy()) < 1e-6
+    for inplace in (ck.softmax_, ck.layer_norm_, ck.rms_norm_):
+        leaf = torch.randn(8, 64, device="cuda", requires_grad=True)
+        y = torch.sigmoid(leaf)  # saves y for its backward
+        before = y._version
+        with torch.no_grad():
+            inplace(y)
+        assert y._version > before
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+
+
+@torch_gpu
 def test_torch_inplace_autograd():
     a = tensor((37, 3000), "float32", True)
     b = a.detach().clone().requires_grad_(True)
