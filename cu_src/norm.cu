@@ -3,16 +3,16 @@
 //
 // Same row layout and dispatch as softmax.cu (common/rows.cuh): sub-warp groups for short rows, a
 // block per row, co-resident blocks per row for very long rows. The backward also reduces dweight /
-// dbias across rows without atomics: each thread accumulates its own columns over the rows its group
-// visits, the block sums its groups in shared memory in a fixed order and writes one partial row per
+// dbias across rows without atomics: each thread accumulates its own columns (in registers) over the
+// rows its group visits, the block sums its groups in a fixed order and writes one partial row per
 // block; column_sum then adds the partial rows in order. Deterministic.
 #include "common/rows.cuh"
 
 enum { LAYER = 0, RMS = 1 };
-// Deepest cp.async pipeline of norm_bwd (stages: rows in flight per thread + 1; the host picks).
-constexpr int NORM_BWD_MAX_STAGES = 8;
-// Largest norm_bwd block: 512 threads (one block per SM at 128 registers: an 8192-element row of any
-// half type or float32 in one block, no exchange), 256 for float64.
+// norm_bwd: 16-byte packs of each of x and dy per thread (16 elements of a half type, 8 of float32, 4 of
+// float64), blocks of up to 512 threads (256 float64), two resident per SM: 64 registers (float64 128)
+// hold both rows and the thread's dweight / dbias column accumulators, 32 warps per SM (as softmax_bwd).
+template <typename T> struct NormBwdPacks { static constexpr int value = 2; };
 template <typename T> struct NormBwdThreads { static constexpr int value = sizeof(T) == 8 ? 256 : 512; };
 
 // Launch: 1-D grid of blocks of G * groups threads (<= FwdThreads: 1024, float64 512; G = block when
@@ -155,12 +155,14 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
 // the normalised input is recomputed as xhat = (y - b) / w (rms: y / w), rstd saved (w has no zero).
 //   g = dy * w,  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))   (rms: no mean(g) term)
 //   dweight = sum over rows of dy * xhat,  dbias = sum over rows of dy   (as per-block partial rows)
-// Launch: like norm_fwd with blocks of <= NormBwdThreads (512; 256 float64) and a persistent grid (grid / parts row groups,
-// each block writes partial row rg = b / parts, columns of its segment), dynamic shared memory of
-// 2 * blockDim.x * RowPacks * V accumulators + stages * 2 * RowPacks * 16 bytes per thread (the
-// pipeline, 2 <= stages <= NORM_BWD_MAX_STAGES). dw_part / db_part may be null (not wanted).
+// Launch: like norm_fwd with blocks of <= NormBwdThreads (512; 256 float64), two resident per SM, and
+// a persistent grid (grid / parts row groups, each block writes partial row rg = b / parts, columns of
+// its segment). Each thread keeps its columns' dweight / dbias sums in registers over the rows its
+// group visits; a block of one group (G = block) writes them straight out, a block of several groups
+// (G <= 32) sums them in group order through dynamic shared memory of blockDim.x * NormBwdPacks * V
+// accumulators. dw_part / db_part may be null (not wanted).
 template <typename T, int MODE, int FROM_OUTPUT>
-__global__ void __launch_bounds__(NormBwdThreads<T>::value, 1) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
+__global__ void __launch_bounds__(NormBwdThreads<T>::value, 2) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                   const T* __restrict__ w, const T* __restrict__ b,
                                                   const typename AccOf<T>::type* __restrict__ mean_in,
                                                   const typename AccOf<T>::type* __restrict__ rstd_in,
@@ -168,14 +170,14 @@ __global__ void __launch_bounds__(NormBwdThreads<T>::value, 1) norm_bwd(const T*
                                                   typename AccOf<T>::type* __restrict__ db_part, long long rows,
                                                   long long n, long long chunk, int G, int packs, int parts,
                                                   int aligned, int phase, int* sync,
-                                                  typename AccOf<T>::type* slots, int stages) {
+                                                  typename AccOf<T>::type* slots) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
-  constexpr int MAXP = RowPacks<T>::value;
+  constexpr int MAXP = NormBwdPacks<T>::value;
+  constexpr int K = MAXP * V;  // accumulator slots per thread: slot p * V + e
   __shared__ A scratch[64];
   extern __shared__ unsigned char dyn_smem[];
-  A* buf = reinterpret_cast<A*>(dyn_smem);
   const int gpb = blockDim.x / G, gi = threadIdx.x / G;
   const int part = blockIdx.x % parts;
   const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
@@ -184,71 +186,20 @@ __global__ void __launch_bounds__(NormBwdThreads<T>::value, 1) norm_bwd(const T*
   const unsigned mask = group_mask(G);
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;
-  // Per-thread column accumulators in shared memory, slot k = p * V + e of thread t at
-  // [k * blockDim.x + t] (conflict-free): registers stay free for the row data.
-  A* acc_w = buf;
-  A* acc_b = buf + MAXP * V * blockDim.x;
+  A aw[K], ab[MODE == LAYER ? K : 1];
 #pragma unroll
-  for (int k = 0; k < MAXP * V; ++k) acc_w[k * blockDim.x + threadIdx.x] = acc_b[k * blockDim.x + threadIdx.x] = A(0);
+  for (int k = 0; k < K; ++k) aw[k] = A(0);
+#pragma unroll
+  for (int k = 0; k < (MODE == LAYER ? K : 1); ++k) ab[k] = A(0);
 
-  // The grid is persistent (one partial row per block), so each block walks several rows. Aligned
-  // rows stream through a STAGES-deep cp.async pipeline in shared memory: the loads of the next
-  // STAGES - 1 rows are in flight (no registers held) while the current row is reduced and written.
-  // Each thread copies and reads back only its own packs, so no barrier guards the stages; every
-  // thread commits one group per row (empty past the end), so wait_group counts stay uniform.
-  const int S = stages;  // 2 .. NORM_BWD_MAX_STAGES
-  P* stage = reinterpret_cast<P*>(buf + 2 * MAXP * V * blockDim.x);  // [S][2][MAXP][blockDim.x]
-  auto slot = [&](int st, int t, int p) -> P* { return stage + ((st * 2 + t) * MAXP + p) * blockDim.x + threadIdx.x; };
   const long long stride = nrg * gpb;
-  long long row = rg * gpb + gi;
-  auto issue = [&](long long r, int st) {
-    if (r < rows) {
-      const long long o = r * n + begin;
-#pragma unroll
-      for (int p = 0; p < MAXP; ++p) {
-        const int i = L.at(p);
-        if (p < packs && i < L.len) {
-          cp_async16(slot(st, 0, p), src + o + i);
-          cp_async16(slot(st, 1, p), dy + o + i);
-        }
-      }
-    }
-    cp_async_commit();
-  };
-  if (L.aligned)
-#pragma unroll
-    for (int k = 0; k < S - 1; ++k) issue(row + k * stride, k);
-  A n_rstd = A(0), n_mean = A(0);  // the statistics one row ahead (scalar loads, a round trip each)
-  if (row < rows) {
-    n_rstd = rstd_in[row];
-    if (MODE == LAYER && !FROM_OUTPUT) n_mean = mean_in[row];
-  }
-  for (int it = 0; row < rows; row += stride, ++it) {
+  for (long long row = rg * gpb + gi; row < rows; row += stride) {
     const long long off = row * n + begin;
     P rx[MAXP], rd[MAXP];
-    if (L.aligned) {
-      issue(row + (S - 1) * stride, (it + S - 1) % S);
-      cp_async_wait_dyn<NORM_BWD_MAX_STAGES - 1>(S - 1);  // this row's group has landed
-      const int st = it % S;
-#pragma unroll
-      for (int p = 0; p < MAXP; ++p) {
-        if (p < packs && L.at(p) < L.len) {
-          rx[p] = *slot(st, 0, p);
-          rd[p] = *slot(st, 1, p);
-        } else {
-#pragma unroll
-          for (int e = 0; e < V; ++e) rx[p].v[e] = rd[p].v[e] = cast<T>(0.f);  // zero dy: no contribution
-        }
-      }
-    } else {
-      load_packs<T, MAXP>(rx, src + off, L, 0.f);
-      load_packs<T, MAXP>(rd, dy + off, L, 0.f);
-    }
-    const A rstd = n_rstd, mean = n_mean;
-    if (row + stride < rows) {
-      n_rstd = rstd_in[row + stride];
-      if (MODE == LAYER && !FROM_OUTPUT) n_mean = mean_in[row + stride];
-    }
+    load_packs<T, MAXP>(rx, src + off, L, 0.f);
+    load_packs<T, MAXP>(rd, dy + off, L, 0.f);  // zero dy past the end: no contribution anywhere
+    const A rstd = rstd_in[row];
+    const A mean = MODE == LAYER && !FROM_OUTPUT ? mean_in[row] : A(0);
     // xhat and g of one element (the same arithmetic in both passes).
     auto xhat_of = [&](A v, A wv, A bv) -> A {
       if (FROM_OUTPUT) return acc_div<A>(MODE == LAYER ? v - bv : v, wv);
@@ -264,10 +215,12 @@ __global__ void __launch_bounds__(NormBwdThreads<T>::value, 1) norm_bwd(const T*
           const A wv = cast<A>(wp.v[e]);
           const A g = cast<A>(rd[p].v[e]) * wv;
           c1 += g;
-          c2 += g * xhat_of(cast<A>(rx[p].v[e]), wv, cast<A>(bp.v[e]));
+          // from x: sum(g * (x - mean)) here, times rstd once below
+          c2 += g * (FROM_OUTPUT ? xhat_of(cast<A>(rx[p].v[e]), wv, cast<A>(bp.v[e])) : cast<A>(rx[p].v[e]) - mean);
         }
       }
     }
+    if (!FROM_OUTPUT) c2 *= rstd;
     if (MODE == LAYER) row_reduce2<A>(c1, c2, G, mask, scratch);  // one pair of barriers for both
     else c2 = row_reduce<SumOp>(c2, G, mask, scratch);
     if (parts > 1) {
@@ -294,25 +247,40 @@ __global__ void __launch_bounds__(NormBwdThreads<T>::value, 1) norm_bwd(const T*
           const A xh = xhat_of(cast<A>(rx[p].v[e]), wv, cast<A>(bp.v[e]));
           const A g = d * wv;
           o.v[e] = cast<T>(rstd * (MODE == LAYER ? g - c1 - xh * c2 : g - xh * c2));
-          acc_w[(p * V + e) * blockDim.x + threadIdx.x] += d * xh;  // zero dy past the end adds nothing
-          acc_b[(p * V + e) * blockDim.x + threadIdx.x] += d;
+          aw[p * V + e] += d * xh;
+          if (MODE == LAYER) ab[(p * V + e) % (MODE == LAYER ? K : 1)] += d;
         }
         store_pack<T>(dx + off, o, p, L);
       }
     }
   }
 
-  // Column partials: the block's groups meet in shared memory, summed in group order.
-  __syncthreads();
-  for (int k = 0; k < 2; ++k) {
+  // Column partials: partial row rg, columns [begin, begin + L.len).
+  for (int k = 0; k < (MODE == LAYER ? 2 : 1); ++k) {
     A* out = k == 0 ? dw_part : db_part;
-    const A* acc = k == 0 ? acc_w : acc_b;
     if (out == nullptr) continue;  // uniform over the block
-    for (int j = threadIdx.x; j < L.len; j += blockDim.x) {
-      const int q = j / V, e = j % V, ln = q % G, p = q / G;
-      A s = A(0);
-      for (int g2 = 0; g2 < gpb; ++g2) s += acc[(p * V + e) * blockDim.x + g2 * G + ln];
-      out[rg * n + begin + j] = s;
+    A* orow = out + rg * n + begin;
+    if (gpb == 1) {  // one group: each thread writes its own columns
+#pragma unroll
+      for (int p = 0; p < MAXP; ++p) {
+        const int i = L.at(p);
+        if (p < packs)
+#pragma unroll
+          for (int e = 0; e < V; ++e)
+            if (i + e < L.len) orow[i + e] = k == 0 ? aw[p * V + e] : ab[(p * V + e) % (MODE == LAYER ? K : 1)];
+      }
+    } else {  // several groups meet in shared memory (slot s of thread t at [s * blockDim.x + t]), summed in group order
+      A* buf = reinterpret_cast<A*>(dyn_smem);
+      __syncthreads();  // the previous accumulator's readers are done
+#pragma unroll
+      for (int s = 0; s < K; ++s) buf[s * blockDim.x + threadIdx.x] = k == 0 ? aw[s] : ab[s % (MODE == LAYER ? K : 1)];
+      __syncthreads();
+      for (int j = threadIdx.x; j < L.len; j += blockDim.x) {
+        const int q = j / V, e = j % V, ln = q % G, p = q / G;
+        A sum = A(0);
+        for (int g2 = 0; g2 < gpb; ++g2) sum += buf[(p * V + e) * blockDim.x + g2 * G + ln];
+        orow[j] = sum;
+      }
     }
   }
 }

@@ -190,7 +190,7 @@ def test_backward_every_path(mode, dtype):
         _, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
         rdx, rdw, rdb = ref_backward(xv, wv, bv, dyv, 1e-5, mode)
         tol = 3 * TOL[dtype]
-        for variant in ("auto", "split", "exchange", "counter", "stages3", "stages5"):  # long rows: 2-4
+        for variant in ("auto", "split", "exchange", "counter"):  # long rows: 2-4
             dx, dw, db = norm_backward_impl(dy, x, w, b, mean, rstd, mode, variant=variant)
             assert dx_err(dx, rdx, xv, wv, dyv, 1e-5, mode) <= tol, (n, variant)
             assert rel_err(dw, rdw) <= tol, (n, variant)

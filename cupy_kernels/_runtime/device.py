@@ -55,7 +55,7 @@ def resident_blocks(kernel, threads: int, dynamic_smem: int = 0) -> int:
     """Blocks of `kernel` that fit on the whole chip at once (the driver's occupancy calculator:
     registers, shared memory and thread limits), i.e. one full wave."""
     props = current()
-    key = (id(kernel), props.id, threads, dynamic_smem)
+    key = (kernel.kernel.ptr, props.id, threads, dynamic_smem)  # the CUfunction: id(kernel) is recycled
     n = _occupancy.get(key)
     if n is None:
         from cupy_backends.cuda.api import driver

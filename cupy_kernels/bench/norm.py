@@ -61,8 +61,9 @@ def norm_suite(quick: bool):
                          "ladder: long rows, one launch, counter exchange":
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="counter")}
                         if n >= 8192 else {}),
-                     **{f"ladder: pipeline {k} stages": (lambda k=k: norm_backward_impl(
-                         dyc, xc, wc, bc, mean, rstd, "layer_norm", variant=f"stages{k}")) for k in (3, 4)},
+                     "ladder: dx only (no dweight / dbias partial rows, no column_sum)":
+                         lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", need_dw=False,
+                                                    need_db=False),
                      "torch native_layer_norm_backward": lambda: torch.ops.aten.native_layer_norm_backward(
                          dy, x, [n], ln_mean, ln_rstd, w, b, [True, True, True])},
                     bytes=3 * nbytes)

@@ -11,40 +11,31 @@ MODES = {"layer_norm": 0, "rms_norm": 1}
 # Largest blocks: norm_fwd rw.fwd_threads(dtype) (1024; float64 512), norm_bwd bwd_threads(dtype).
 VARIANTS = ("auto", "block", "scalar", "split", "exchange", "counter")
 COUNTER_EXCHANGE = {"fwd": False, "bwd": False}  # one-launch long rows: tagged words (False) or counters
-STATIC_SMEM = 4608  # norm_bwd's static shared memory at most (scratch + the exchange's copy, float64)
 
 
 def fwd_threads(dtype: str, n: int | None = None) -> int:
     return rw.fwd_threads(dtype, n)
 
 
-BWD_FALLBACK_THREADS = 256  # where the 512-thread block's shared memory exceeds the device's limit
-
-
 def bwd_threads(dtype: str) -> int:
-    """NormBwdThreads in norm.cu: 512 (one block per SM at 128 registers), 256 for float64."""
+    """NormBwdThreads in norm.cu: 512 (two resident per SM at 64 registers), 256 for float64."""
     return 256 if dtype == "float64" else 512
 
 
 def bwd_maxp(dtype: str) -> int:
-    """Packs of each of x and dy per thread in norm_bwd (RowPacks in rows.cuh)."""
-    return rw.maxp(dtype)
-
-
-MAX_STAGES = 8  # NORM_BWD_MAX_STAGES in norm.cu
-
-
-def bwd_stages(dtype: str) -> int:
-    """Stages of norm_bwd's cp.async pipeline (rows in flight per thread + 1): 2, the fastest measured
-    (3, 4, 6 were slower or equal on every benchmark shape: docs/norm.md)."""
+    """Packs of each of x and dy per thread in norm_bwd (NormBwdPacks in norm.cu): 2 (16 elements of a
+    half type, 8 of float32, 4 of float64), so that the rows and the dweight / dbias column
+    accumulators fit 64 registers."""
     return 2
 
 
-def bwd_smem(dtype: str, threads: int, stages: int | None = None) -> int:
-    """Dynamic shared memory of norm_bwd: the dweight and dbias accumulators of every thread's columns,
-    then the pipeline's stages (x and dy packs of every thread)."""
-    acc = 2 * threads * bwd_maxp(dtype) * rw.vec(dtype) * rw.ITEMSIZE[rw.ACC[dtype]]
-    return acc + (stages or bwd_stages(dtype)) * 2 * bwd_maxp(dtype) * 16 * threads
+def bwd_smem(dtype: str, threads: int, group: int | None = None) -> int:
+    """Dynamic shared memory of norm_bwd: where a block holds several groups (group < threads), one
+    accumulator slot per thread per column element, to sum the groups' dweight / dbias partials in
+    order; none for a block of one group."""
+    if group is not None and group >= threads:
+        return 0
+    return threads * bwd_maxp(dtype) * rw.vec(dtype) * rw.ITEMSIZE[rw.ACC[dtype]]
 
 
 def fwd_maxp(dtype: str) -> int:
@@ -52,9 +43,9 @@ def fwd_maxp(dtype: str) -> int:
 
 
 def bwd_min_blocks(dtype: str, from_output: bool) -> int:
-    """Resident norm_bwd blocks per SM guaranteed at its largest block (__launch_bounds__(.., 1)); the
+    """Resident norm_bwd blocks per SM guaranteed at its largest block (__launch_bounds__(.., 2)); the
     persistent grid uses the occupancy calculator's figure, this only when that cannot be asked."""
-    return 1
+    return 2
 
 
 def _fwd(dtype, mode):
@@ -204,31 +195,12 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
             name = _bwd(dtype, mode, from_output)
             kernel = SOURCE.kernel(name)
 
-            stages = int(variant[6:]) if variant.startswith("stages") else bwd_stages(dtype)
-            if not 2 <= stages <= MAX_STAGES:
-                raise ValueError(f"{op}: pipeline stages must be 2..{MAX_STAGES}; got {stages}")
-
-            def smem_of(threads):
-                return bwd_smem(dtype, threads, stages)
-
-            # Dynamic + static shared memory must fit the device's opt-in bound, and above 48 KB together
-            # the kernel needs the attribute (float64: 48 KB dynamic + static). The attribute is raised
-            # only to what this call uses: run 3 set it to the device maximum and measured norm_fwd /
-            # norm_bwd on 4096x4096 float32 up to 1.6x slower (torch's kernels unchanged; suspected: the
-            # shared-memory carveout, hence L1, that a large attribute selects).
-            limit = current().shared_per_block_optin - STATIC_SMEM
             max_threads = bwd_threads(dtype)
-            if smem_of(max_threads) > limit:  # e.g. sm_80 (163 KB per block), or a deep pipeline
-                max_threads = BWD_FALLBACK_THREADS
-            if smem_of(max_threads) > limit:
-                raise ValueError(f"{op}: {stages} pipeline stages need {smem_of(max_threads)} bytes of shared "
-                                 f"memory per block; the device allows {limit}")
-            need = smem_of(max_threads)
-            if need + STATIC_SMEM > 48 * 1024 and getattr(kernel, "max_dynamic_shared_size_bytes", 0) < need:
-                kernel.max_dynamic_shared_size_bytes = need
+            # At most 16 KB of dynamic shared memory (bwd_smem): no attribute to raise.
             p = rw.plan(rows, n, dtype, bwd_maxp(dtype), max_threads, current().sm_count, persistent=True,
                         force=variant if variant == "block" else None,
-                        min_blocks=bwd_min_blocks(dtype, from_output), occupancy=rw.occupancy(kernel, name, smem_of),
+                        min_blocks=bwd_min_blocks(dtype, from_output),
+                        occupancy=rw.occupancy(kernel, name, lambda t: bwd_smem(dtype, t)),
                         long_rows="exchange" if variant == "counter" else
                         variant if variant in ("split", "exchange") else None)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, s2, d2, dx2, w, b)
@@ -243,8 +215,8 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                        (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"],
                         rw.ptr(dw_part if last else None), rw.ptr(db_part if last else None), np.int64(rows),
                         np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts),
-                        np.int32(al), np.int32(phase), sync, slots, np.int32(stages)),
-                       shared_mem=smem_of(p.threads))
+                        np.int32(al), np.int32(phase), sync, slots),
+                       shared_mem=bwd_smem(dtype, p.threads, p.group))
             if want_w or want_b:
                 SOURCE.kernel(_colsum(dtype))(
                     (ceil_div(n, 32), 2), (32, 32),
