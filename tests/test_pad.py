@@ -309,6 +309,18 @@ def test_device_code_on_host_matches_numpy():
     assert cases > 500
 
 
+def check_on_host(exe, base, x, pads, mode, stagger, rung="default", xshift=0):
+    """One case through the host harness, bit-compared with numpy.pad: the plan, or None when the
+    case has too many axes for one launch."""
+    spec = P.normalize(x.shape, x.dtype, pads, mode, stagger=stagger)
+    try:
+        got, p = harness_forward(exe, base, x, spec, xshift=xshift, rung=rung)
+    except P._TooManyAxes:
+        return None
+    assert same_bits(got, numpy_pad(np.ascontiguousarray(x), pads, mode, 0, stagger)), (x.shape, pads, mode, stagger, p)
+    return p
+
+
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
 def test_staged_brick_on_host_matches_numpy():
     """The shared-memory brick rung (its device functions, staged per tile as the kernel does)."""
@@ -322,17 +334,10 @@ def test_staged_brick_on_host_matches_numpy():
         pads += [(int(g.integers(0, 90)), int(g.integers(0, 90))), (int(g.integers(0, 300)), int(g.integers(0, 300)))]
         dtype = str(g.choice(["uint8", "float16", "float32", "float64", "bool"]))
         base, x = random_view(g, shape, dtype)
-        stagger = int(g.integers(-100, 100))
-        spec = P.normalize(shape, x.dtype, pads, "brick", stagger=stagger)
-        try:
-            got, p = harness_forward(exe, base, x, spec, rung="staged")
-        except P._TooManyAxes:
-            continue
-        staged += p.path == "staged"
-        assert same_bits(got, numpy_pad(np.ascontiguousarray(x), pads, "brick", 0, stagger)), (shape, pads, stagger, dtype)
+        p = check_on_host(exe, base, x, pads, "brick", int(g.integers(-100, 100)), rung="staged")
+        staged += p is not None and p.path == "staged"
     x = random_bits((48, 32), "float32", g)
-    got, p = harness_forward(exe, x, x, P.normalize(x.shape, x.dtype, BRICK_CASE, "brick", stagger=10), rung="staged")
-    assert p.path == "staged" and same_bits(got, numpy_pad(x, BRICK_CASE, "brick", 0, 10))
+    assert check_on_host(exe, x, x, BRICK_CASE, "brick", 10, rung="staged").path == "staged"
     assert staged > 100
 
 
@@ -352,16 +357,11 @@ def test_periodic_rows_on_host_matches_numpy():
         dtype = str(g.choice(["uint8", "int16", "float32", "float64", "bool"]))
         base, x = random_view(g, shape, dtype)
         stagger = int(g.integers(-100, 100)) if mode == "brick" else 0
-        spec = P.normalize(shape, x.dtype, pads, mode, stagger=stagger)
-        try:
-            got, p = harness_forward(exe, base, x, spec, xshift=int(g.integers(0, 16 // x.dtype.itemsize)) * x.dtype.itemsize)
-        except P._TooManyAxes:
-            continue
-        periodic += p.path == "periodic"
-        assert same_bits(got, numpy_pad(np.ascontiguousarray(x), pads, mode, 0, stagger)), (shape, pads, mode, stagger, dtype, p)
+        p = check_on_host(exe, base, x, pads, mode, stagger,
+                          xshift=int(g.integers(0, 16 // x.dtype.itemsize)) * x.dtype.itemsize)
+        periodic += p is not None and p.path == "periodic"
     x = random_bits((48, 32), "float32", g)
-    got, p = harness_forward(exe, x, x, P.normalize(x.shape, x.dtype, BRICK_CASE, "brick", stagger=10))
-    assert p.path == "periodic" and same_bits(got, numpy_pad(x, BRICK_CASE, "brick", 0, 10))
+    assert check_on_host(exe, x, x, BRICK_CASE, "brick", 10).path == "periodic"
     assert periodic > 100
 
 
