@@ -41,6 +41,23 @@ __device__ __forceinline__ unsigned take_ticket(unsigned* ctrl, unsigned* slot) 
   return t;
 }
 
+struct Tile {
+  unsigned rb;      // row block
+  long long row0;   // its first row
+  int n0;           // the tile's first column
+};
+
+// The block's next tile (columns tbn wide) from the ticket counter; false when none are left.
+__device__ __forceinline__ bool next_tile(unsigned* ctrl, unsigned* slot, unsigned tiles_n, unsigned total_tiles,
+                                          int tbn, Tile& tile) {
+  const unsigned t = take_ticket(ctrl, slot);
+  if (t >= total_tiles) return false;
+  tile.rb = t / tiles_n;
+  tile.row0 = (long long)tile.rb * BM;
+  tile.n0 = (int)(t % tiles_n) * tbn;
+  return true;
+}
+
 // Called when this block has finished every read of A for its tile: announce it, then wait until all
 // `expected` tiles of the row block have done the same. After it, the block may overwrite the rows.
 __device__ __forceinline__ void row_block_barrier(unsigned* arrivals, unsigned expected) {
@@ -164,7 +181,7 @@ sqmm_mma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias
   __shared__ unsigned ticket;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
   const int ktiles = (n + MMA_BK - 1) / MMA_BK;
-  for (;;) {
+  for (;;) {  // next_tile() open-coded: through it NVRTC schedules this kernel differently (unmeasured)
     const unsigned t = take_ticket(ctrl, &ticket);
     if (t >= total_tiles) return;
     const unsigned rb = t / tiles_n;
@@ -284,12 +301,10 @@ sqmm_simt(float* a, const float* __restrict__ w, const float* __restrict__ bias,
   // Loader roles: A (and W^T) tiles are 128 rows x 8 k: thread -> row tid / 2, k (tid % 2) * 4.
   // W tiles are 8 k x 128 cols: thread -> k tid / 32, cols (tid % 32) * 4.
   const int lr = tid >> 1, lk = (tid & 1) * 4, wk = tid >> 5, wc = (tid & 31) * 4;
-  for (;;) {
-    const unsigned t = take_ticket(ctrl, &ticket);
-    if (t >= total_tiles) return;
-    const unsigned rb = t / tiles_n;
-    const long long row0 = (long long)rb * BM;
-    const int n0 = (int)(t % tiles_n) * BN;
+  for (Tile tile; next_tile(ctrl, &ticket, tiles_n, total_tiles, BN, tile);) {
+    const unsigned rb = tile.rb;
+    const long long row0 = tile.row0;
+    const int n0 = tile.n0;
     const long long arow = row0 + lr;
     const float* pa = a + (arow < m ? arow : 0) * n;
     const int alive = arow < m ? n : 0;  // columns of this loader row that exist

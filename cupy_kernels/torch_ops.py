@@ -13,17 +13,29 @@ from .ops import reduce as _reduce
 
 
 def untraced(*tensors) -> bool:
-    """Plain tensors, no torch.compile tracing and no dispatch mode active: a call may then skip its
-    custom op, whose dispatch costs ~150 us of host time per call (measured on the device), more than
-    many kernels take. The custom ops remain what torch.compile, fake tensors and modes see."""
+    """Plain tensors (None entries ignored), no torch.compile tracing and no dispatch mode active: a
+    call may then skip its custom op, whose dispatch costs ~150 us of host time per call (measured on
+    the device), more than many kernels take. The custom ops remain what torch.compile, fake tensors
+    and modes see."""
     # is_compiling() first: under dynamo it is a constant and the rest is never traced
     return (not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() == 0
-            and all(type(t) is torch.Tensor for t in tensors))
+            and all(t is None or type(t) is torch.Tensor for t in tensors))
 
 
 def plain_eager(*tensors) -> bool:
     """untraced(), and no autograd to record: the kernels may run directly."""
-    return untraced(*tensors) and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+    return untraced(*tensors) and not (torch.is_grad_enabled()
+                                       and any(t is not None and t.requires_grad for t in tensors))
+
+
+def run_inplace(x, tensors, kernels, custom_op):
+    """An in-place op outside autograd: `kernels()` directly when nothing traces, bumping x's version
+    counter as the custom op's mutates_args does; else `custom_op()`."""
+    if untraced(*tensors):
+        kernels()
+        torch.autograd.graph.increment_version(x)
+    else:
+        custom_op()
 
 # ---- reductions -------------------------------------------------------------------------------
 
@@ -184,11 +196,7 @@ def softmax_(x, axis=-1):
     _check_leaf("softmax_", x)
     if torch.is_grad_enabled() and x.requires_grad:
         return _SoftmaxInplace.apply(x)
-    if untraced(x):
-        _softmax.softmax_inplace_impl(x, -1)
-        torch.autograd.graph.increment_version(x)  # what the custom op's mutates_args does
-    else:
-        _softmax_inplace_op(x)
+    run_inplace(x, (x,), lambda: _softmax.softmax_inplace_impl(x, -1), lambda: _softmax_inplace_op(x))
     return x
 
 
@@ -295,7 +303,7 @@ class _NormInplace(torch.autograd.Function):
 
 
 def _norm_call(x, weight, bias, eps, rms):
-    if plain_eager(*(t for t in (x, weight, bias) if t is not None)):
+    if plain_eager(x, weight, bias):
         return _norm_fwd(x, weight, bias, float(eps), rms)[0]
     return _norm_op(x, weight, bias, float(eps), rms)[0]
 
@@ -314,12 +322,10 @@ def _norm_inplace(op, x, weight, bias, eps, rms):
     grad = torch.is_grad_enabled() and (x.requires_grad or any(p is not None and p.requires_grad
                                                                for p in (weight, bias)))
     if not grad:
-        if untraced(*(t for t in (x, weight, bias) if t is not None)):
-            _norm.norm_forward_impl(x, _opt_contig(weight), _opt_contig(bias), float(eps),
-                                    "rms_norm" if rms else "layer_norm", inplace=True)
-            torch.autograd.graph.increment_version(x)
-        else:
-            _norm_inplace_op(x, weight, bias, float(eps), rms)
+        run_inplace(x, (x, weight, bias),
+                    lambda: _norm.norm_forward_impl(x, _opt_contig(weight), _opt_contig(bias), float(eps),
+                                                    "rms_norm" if rms else "layer_norm", inplace=True),
+                    lambda: _norm_inplace_op(x, weight, bias, float(eps), rms))
         return x
     if weight is not None and bool((weight == 0).any()):  # one device sync, only under autograd
         raise ValueError(f"{op}: weight has an entry of exactly zero; the in-place backward recomputes the "
@@ -426,11 +432,8 @@ def _sqmm_no_grad(op, names, tensors):
 
 
 def _sqmm_call(a, w, bias, transpose, op):
-    if untraced(*(t for t in (a, w, bias) if t is not None)):
-        _sqmm.square_matmul_impl(a, w, transpose, bias, op=op)
-        torch.autograd.graph.increment_version(a)  # what the custom op's mutates_args does
-    else:
-        _sqmm_inplace_op(a, w, bias, transpose)
+    run_inplace(a, (a, w, bias), lambda: _sqmm.square_matmul_impl(a, w, transpose, bias, op=op),
+                lambda: _sqmm_inplace_op(a, w, bias, transpose))
 
 
 def square_matmul_(a, w, transpose=False):

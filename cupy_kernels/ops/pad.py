@@ -340,8 +340,9 @@ def choose_path(p: Plan, itemsize, rung="default"):
     p.path, p.unroll, p.tpr, p.chunks, p.threads = "flat", 0, 0, 0, 256
     if not wide or rung == "flat":
         return p
-    if rung == "default" and _periodic_threads(p, itemsize):
-        p.path, p.threads = "periodic", _periodic_threads(p, itemsize)
+    periodic_threads = _periodic_threads(p, itemsize) if rung == "default" else 0
+    if periodic_threads:
+        p.path, p.threads = "periodic", periodic_threads
         rounds = ceil_div(cpr, p.threads)  # stores a thread per row: a row is one unit unless it is long
         p.chunks = p.threads * (rounds if rounds <= 2 * PERIODIC_UNIT_STORES else PERIODIC_UNIT_STORES)
         p.tpr = ceil_div(cpr, p.chunks)
