@@ -58,16 +58,19 @@ __device__ __forceinline__ bool next_tile(unsigned* ctrl, unsigned* slot, unsign
   return true;
 }
 
-// Called when this block has finished every read of A for its tile: announce it, then wait until all
-// `expected` tiles of the row block have done the same. After it, the block may overwrite the rows.
+// One thread announces that its block has finished every read of A for its tile, then waits until all
+// `expected` tiles of the row block have done the same.
+__device__ __forceinline__ void row_block_arrive_wait(unsigned* arrivals, unsigned expected) {
+  __threadfence();
+  atomicAdd(arrivals, 1u);
+  while (*reinterpret_cast<volatile unsigned*>(arrivals) < expected) __nanosleep(64);
+  __threadfence();
+}
+
+// The whole block's row-block barrier: after it, the block may overwrite the rows.
 __device__ __forceinline__ void row_block_barrier(unsigned* arrivals, unsigned expected) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(arrivals, 1u);
-    while (*reinterpret_cast<volatile unsigned*>(arrivals) < expected) __nanosleep(64);
-    __threadfence();
-  }
+  if (threadIdx.x == 0) row_block_arrive_wait(arrivals, expected);
   __syncthreads();
 }
 

@@ -50,15 +50,50 @@ template <typename T, int TB> __device__ __forceinline__ void wgmma128(float* d,
   else
     SQMM_WGMMA128("bf16");
 }
+
+// One m64n256k16 wgmma, float accumulators d[0..127]; scale_d = 0 overwrites d (the first k step).
+#define SQMM_WGMMA256(AB) \
+    asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." AB "." AB " " \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, " \
+        "%128, %129, p, 1, 1, 0, %131;\n}\n" \
+        : \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+    "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TB))
+
+template <typename T, int TB> __device__ __forceinline__ void wgmma256(float* d, unsigned long long da,
+                                                                       unsigned long long db, int scale_d) {
+  if constexpr (Same<T, half>::value)
+    SQMM_WGMMA256("f16");
+  else
+    SQMM_WGMMA256("bf16");
+}
 #endif
 
-// One m64n128 accumulator fragment (+ bias) into A: d[4j .. 4j+1] at (row, col + 8j), d[4j+2 ..] at row + 8.
-template <typename T>
-__device__ __forceinline__ void store_half_tile(const float (&d)[64], T* a, const T* bias, int has_bias, long long m,
-                                                int n, long long row, int col) {
+// One m64nN accumulator fragment (N = 8 * NJ; + bias) into A: d[4j .. 4j+1] at (row, col + 8j),
+// d[4j+2 ..] at row + 8.
+template <int NJ, typename T>
+__device__ __forceinline__ void store_fragment(const float (&d)[4 * NJ], T* a, const T* bias, int has_bias,
+                                               long long m, int n, long long row, int col) {
   typedef typename Pair2<T>::type P2;
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
+  for (int j = 0; j < NJ; ++j) {
     const int c = col + j * 8;
     if (c >= n) continue;
     const float b0 = has_bias ? cast<float>(bias[c]) : 0.0f, b1 = has_bias ? cast<float>(bias[c + 1]) : 0.0f;
@@ -159,8 +194,133 @@ sqmm_wgmma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bi
     row_block_barrier(ctrl + 1 + rb, tiles_n);
 
     const long long row = row0 + wgp * 64 + wq * 16 + (lane >> 2);
-    store_half_tile(acc0, a, bias, has_bias, m, n, row, n0 + (lane & 3) * 2);
-    store_half_tile(acc1, a, bias, has_bias, m, n, row, n0 + 128 + (lane & 3) * 2);
+    store_fragment<16>(acc0, a, bias, has_bias, m, n, row, n0 + (lane & 3) * 2);
+    store_fragment<16>(acc1, a, bias, has_bias, m, n, row, n0 + 128 + (lane & 3) * 2);
+  }
+#endif
+}
+
+
+// ---- TMA + warp-specialised wgmma (the Hopper default) -------------------------------------------
+
+// A CUtensorMap (TMA descriptor, built by the host with cuTensorMapEncodeTiled), passed by value.
+struct alignas(64) TmaMap { unsigned long long words[16]; };
+
+constexpr int TMA_THREADS = 384;                   // warpgroup 0: producer; 1 and 2: consumers
+constexpr int TMA_SMEM = STAGES * (A_STAGE + B_STAGE) * 2 + 1024;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+// Box (c0 = column, c1 = row) of a 2-D tensor into shared memory; completes as bytes on `bar`.
+__device__ __forceinline__ void tma_load(unsigned dst, const TmaMap& map, int c0, int c1, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+#endif
+
+// Warp-specialised wgmma kernel for float16 / bfloat16, Hopper only. Launch: 1-D grid of
+// min(SMs, tiles) blocks (>= tiles_n, the host checks), 384 threads, TMA_SMEM bytes of dynamic shared
+// memory; ctrl zeroed. Tiles are 128 x 256, dealt round-robin (tile = blockIdx.x + i * gridDim.x), so a
+// block never holds two tiles of one row block and a tile only waits for tiles of smaller index: no
+// deadlock. One thread of warpgroup 0 loads 4 stages ahead with TMA (A [128][64] and W as [256 n][64 k]
+// or four [64 k][64 n] atoms, 128-byte swizzle, out-of-range zeros); warpgroups 1 and 2 each multiply
+// 64 rows x 256 columns (m64n256k16), release each stage through an mbarrier, wait for the row block,
+// then store. While they wait and store, the producer already fills the stages of their next tile.
+// map_a: A (m rows x n), box 64 x 128; map_w: W, box 64 x 256 (TRANS) or 64 x 64. n % 8 == 0, m < 2^31.
+template <typename T, bool TRANS>
+__global__ void __launch_bounds__(TMA_THREADS, 1)
+sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_w, T* a,
+         const T* __restrict__ bias, int has_bias, long long m, int n, unsigned* ctrl, unsigned tiles_n,
+         unsigned total_tiles) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ __align__(8) unsigned long long full_bar[STAGES], empty_bar[STAGES];
+  const unsigned raw = smem_addr(smem_raw);
+  const unsigned As = (raw + 1023) & ~1023u;            // STAGES x [128 rows][64 k]
+  const unsigned Bs = As + STAGES * A_STAGE * 2;        // STAGES x W tile
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int ktiles = (n + BK - 1) / BK;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(smem_addr(&full_bar[s]), 1);    // the producer's expect_tx; the bytes complete it
+      mbar_init(smem_addr(&empty_bar[s]), 2);   // one arrival per consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (tid != 0) return;
+    unsigned it = 0;  // k steps issued so far, over all tiles: stage it % STAGES, pass it / STAGES
+    for (unsigned t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+      const int row0 = (int)(t / tiles_n) * BM, n0 = (int)(t % tiles_n) * TBN;
+      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const unsigned s = it % STAGES, full = smem_addr(&full_bar[s]);
+        mbar_wait(smem_addr(&empty_bar[s]), ((it / STAGES) & 1) ^ 1);
+        mbar_expect_tx(full, (A_STAGE + B_STAGE) * 2);
+        tma_load(As + s * A_STAGE * 2, map_a, kt * BK, row0, full);
+        const unsigned bs = Bs + s * B_STAGE * 2;
+        if (TRANS) {
+          tma_load(bs, map_w, kt * BK, n0, full);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) tma_load(bs + j * 8192, map_w, n0 + 64 * j, kt * BK, full);
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int cw = wg - 1, ctid = tid - 128, lane = tid & 31, wq = (tid >> 5) & 3;
+  const bool signals = (tid & 127) == 0;  // one thread per warpgroup releases stages
+  unsigned it = 0;
+  for (unsigned t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    const unsigned rb = t / tiles_n;
+    const long long row0 = (long long)rb * BM;
+    const int n0 = (int)(t % tiles_n) * TBN;
+    float acc[128];
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const unsigned s = it % STAGES;
+      mbar_wait(smem_addr(&full_bar[s]), (it / STAGES) & 1);
+      const unsigned as = As + s * A_STAGE * 2 + cw * 64 * 128, bs = Bs + s * B_STAGE * 2;
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        const unsigned long long da = desc128(as + kk * 32, 16, 1024);
+        // W^T: K-major [256][64] like A; W: N-major atoms 8 KB apart (LBO), 8-row k groups 1 KB (SBO)
+        const unsigned long long db = TRANS ? desc128(bs + kk * 32, 16, 1024) : desc128(bs + kk * 2048, 8192, 1024);
+        wgmma256<T, TRANS ? 0 : 1>(acc, da, db, kt > 0 || kk > 0);
+      }
+      wg_commit();
+      wg_wait<1>();  // step kt - 1 has finished reading its stage
+      if (kt > 0 && signals) mbar_arrive(smem_addr(&empty_bar[(it - 1) % STAGES]));
+    }
+    wg_wait<0>();
+    if (signals) mbar_arrive(smem_addr(&empty_bar[(it - 1) % STAGES]));
+    consumers_sync();  // both warpgroups are done with this tile's A
+    if (ctid == 0) row_block_arrive_wait(ctrl + 1 + rb, tiles_n);
+    consumers_sync();
+    const long long row = row0 + cw * 64 + wq * 16 + (lane >> 2);
+    store_fragment<32>(acc, a, bias, has_bias, m, n, row, n0 + (lane & 3) * 2);
   }
 #endif
 }
@@ -168,3 +328,4 @@ sqmm_wgmma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bi
 }  // namespace sqmm90
 
 using sqmm90::sqmm_wgmma;
+using sqmm90::sqmm_tma;

@@ -95,45 +95,74 @@ def test_mma_variants(n, dtype, variant):
 
 
 @torch_gpu
-@torch_gpu
+@pytest.mark.parametrize("variant", ("tma", "wgmma"))
 @pytest.mark.parametrize("transpose", (True, False), ids=("wT", "wN"))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 @pytest.mark.parametrize("n", (8, 64, 264, 1000, 1024, 2048, 4096, 8192))
-def test_wgmma(n, dtype, transpose):
-    """The Hopper kernel (compute capability 9.0 only; the default there for aligned half inputs), both
-    W layouts."""
+def test_hopper(n, dtype, transpose, variant):
+    """The Hopper kernels (compute capability 9.0 only; tma is the default there for aligned half
+    inputs), both W layouts, m around the 128-row block and its partial last block."""
     if not sq.has_wgmma():
         pytest.skip("needs a compute capability 9.0 device")
-    for m in (1, 33, 4096) + ((65536,) if n == 4096 else ()):
-        check_product(m, n, dtype, transpose, variant="wgmma")
+    for m in (1, 33, 129, 4096) + ((65536,) if n == 4096 else ()):
+        check_product(m, n, dtype, transpose, variant=variant)
 
 
 @torch_gpu
+@pytest.mark.parametrize("variant", ("tma", "wgmma"))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
-def test_wgmma_bias(dtype):
-    """linear_ with a bias on the wgmma kernel (the default since WGMMA_BIAS = True)."""
+def test_hopper_bias(dtype, variant):
+    """linear_ with a bias on the Hopper kernels."""
     if not sq.has_wgmma():
         pytest.skip("needs a compute capability 9.0 device")
     for n in (264, 1024):
         x = randn((1000, n), dtype)
         weight, bias = randn((n, n), dtype, 1 / n ** 0.5), randn((n,), dtype)
         ref = reference(x, weight, True, bias)
-        sq.square_matmul_impl(x, weight, True, bias, variant="wgmma", op="linear_")
+        sq.square_matmul_impl(x, weight, True, bias, variant=variant, op="linear_")
         assert rel(x, ref) <= TOL[dtype]
+
+
+@torch_gpu
+def test_tma_repeated_calls_and_graph():
+    """The TMA kernel launched through cuLaunchKernel: many calls in a row on torch's stream, then a
+    CUDA graph replay (the descriptors are baked into the captured launch)."""
+    if not sq.has_wgmma():
+        pytest.skip("needs a compute capability 9.0 device")
+    n = 1024
+    a, w = randn((3000, n), "bfloat16"), randn((n, n), "bfloat16", 1 / n ** 0.5)
+    ref = reference(a, w, False)
+    for _ in range(3):
+        ref = ref.float().to(torch.bfloat16).double() @ w.double()
+    for _ in range(4):
+        sq.square_matmul_impl(a, w, variant="tma")
+    assert rel(a, ref) <= 4 * TOL["bfloat16"]
+    b = randn((3000, n), "bfloat16")
+    ref = reference(b, w, False)
+    sq.SOURCE90.load_all()
+    graph = torch.cuda.CUDAGraph()
+    keep = b.clone()
+    with torch.cuda.graph(graph):
+        sq.square_matmul_impl(b, w, variant="tma")
+    b.copy_(keep)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel(b, ref) <= TOL["bfloat16"]
 
 
 def test_choose_kernel():
     c = sq.choose_kernel
-    assert c("float32", "auto", True, True, False) == "simt"
-    assert c("bfloat16", "auto", True, True, False) == "wgmma"
-    assert c("float16", "auto", True, False, False) == "mma256"   # unaligned rows: scalar-load mma path
-    assert c("float16", "auto", False, True, False) == "mma256"   # not Hopper
-    assert c("float16", "auto", True, True, True) == ("wgmma" if sq.WGMMA_BIAS else "mma256")
-    assert c("float16", "mma128", True, True, False) == "mma128"
-    with pytest.raises(ValueError, match="compute capability 9.0"):
-        c("float16", "wgmma", False, True, False)
-    with pytest.raises(ValueError, match="float16 / bfloat16"):
-        c("float32", "wgmma", True, True, False)
+    assert c("float32", "auto", True, True) == "simt"
+    assert c("bfloat16", "auto", True, True) == "tma"
+    assert c("float16", "auto", True, False) == "mma256"   # unaligned rows: scalar-load mma path
+    assert c("float16", "auto", False, True) == "mma256"   # not Hopper
+    assert c("float16", "mma128", True, True) == "mma128"
+    assert c("float16", "wgmma", True, True) == "wgmma"
+    for variant in ("tma", "wgmma"):
+        with pytest.raises(ValueError, match="compute capability 9.0"):
+            c("float16", variant, False, True)
+        with pytest.raises(ValueError, match="float16 / bfloat16"):
+            c("float32", variant, True, True)
 
 
 @torch_gpu
@@ -388,5 +417,5 @@ def test_plan_and_limits():
     assert sq.max_n(264, 128) == sq.max_n(132, 256) == 33792 >= 8192
     assert sq.mma_smem(128) == 65536 and sq.mma_smem(256) == 98304
     assert sq.tile_cols("float32", "auto") == 128 and sq.tile_cols("float16", "mma128") == 128
-    assert set(sq.VARIANTS) == {"auto", "wgmma", "mma256", "mma128", "seed"}
+    assert set(sq.VARIANTS) == {"auto", "tma", "wgmma", "mma256", "mma128", "seed"}
     assert sq.WGMMA_SMEM == 4 * (128 * 64 + 64 * 256) * 2 + 1024

@@ -3,6 +3,7 @@ from .bridge import Call, cupy_dtype, describe, dtype_name, is_cupy, is_torch, t
 from .device import DeviceProps, ceil_div, current, properties, resident_blocks, use_shared_memory
 from .kernels import KernelCompileError, KernelReport, KernelSource, compile_offline
 from .sources import all_sources, cu_src_dir, cuda_include_dir, read_source
+from .tma import launch, tensor_map_2d
 
 # C type of each dtype name, for template arguments.
 CTYPES = {

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._runtime import CTYPES, Call, KernelSource, ceil_div, is_torch, resident_blocks, use_shared_memory
+from .._runtime import (CTYPES, Call, KernelSource, ceil_div, is_torch, launch, resident_blocks, tensor_map_2d,
+                        use_shared_memory)
 
 SOURCE = KernelSource("square_matmul.cu")
 SOURCE90 = KernelSource("square_matmul_sm90.cu", options=("-arch=sm_90a",))  # wgmma: Hopper only
@@ -16,14 +17,14 @@ DTYPES = ("float32", "float16", "bfloat16")
 BM = 128               # rows of a tile (sqmm::BM); columns: 128 (FP32, mma128) or 256 (mma256)
 THREADS = 256
 SEED_MAX_N = 2048      # the seed kernel's 64-entry register buffer x 32 lanes
-# The ladder: "auto" (the default, see choose_kernel), "wgmma" (Hopper warpgroup MMA, 128 x 256 tiles,
-# sm_90a), "mma256" (mma.sync, 128 x 256 tiles, one block per SM), "mma128" (mma.sync, 128 x 128 tiles,
+# The ladder: "auto" (the default, see choose_kernel), "tma" (Hopper: TMA loads by a producer warp,
+# two consumer warpgroups on wgmma, 128 x 256 tiles), "wgmma" (Hopper warpgroup MMA with cp.async loads by
+# every thread, 128 x 256 tiles, sm_90a), "mma256" (mma.sync, 128 x 256 tiles, one block per SM), "mma128" (mma.sync, 128 x 128 tiles,
 # two blocks per SM), "seed" (the seed article's warp-per-row kernel, n <= 2048).
-VARIANTS = ("auto", "wgmma", "mma256", "mma128", "seed")
+VARIANTS = ("auto", "tma", "wgmma", "mma256", "mma128", "seed")
 WGMMA_SMEM = 4 * (BM * 64 + 64 * 256) * 2 + 1024  # sqmm90::SMEM
-# The wgmma kernel's bias epilogue passed test_wgmma_bias on the H200 (run at 6a35ccd): "auto" sends
-# linear_ with a bias to it too.
-WGMMA_BIAS = True
+TMA_SMEM = WGMMA_SMEM                              # sqmm90::TMA_SMEM
+TMA_THREADS = 384
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -31,22 +32,20 @@ def _b(v: bool) -> str:
     return "true" if v else "false"
 
 
-def choose_kernel(dtype: str, variant: str, hopper: bool, aligned: bool, has_bias: bool,
-                  op: str = "square_matmul_") -> str:
-    """Which kernel runs: "simt" (float32), "wgmma", "mma256" or "mma128". "auto" takes wgmma for half
-    types on a compute capability 9.0 device when a and w rows are 16-byte aligned (and no bias, see
-    WGMMA_BIAS): 1.35-1.5x the mma.sync tiles on an H200; else mma256."""
+def choose_kernel(dtype: str, variant: str, hopper: bool, aligned: bool, op: str = "square_matmul_") -> str:
+    """Which kernel runs: "simt" (float32), "tma", "wgmma", "mma256" or "mma128". "auto" takes tma for
+    half types on a compute capability 9.0 device when a and w rows are 16-byte aligned; else mma256."""
     if dtype == "float32":
         if variant != "auto":
             raise ValueError(f"{op}: variant {variant!r} is for float16 / bfloat16 (float32 runs on FP32 SIMT)")
         return "simt"
-    if variant == "wgmma":
+    if variant in ("tma", "wgmma"):
         if not (hopper and aligned):
-            raise ValueError(f"{op}: variant 'wgmma' needs a compute capability 9.0 device and n % 8 == 0 "
+            raise ValueError(f"{op}: variant {variant!r} needs a compute capability 9.0 device and n % 8 == 0 "
                              f"with 16-byte aligned a and w")
-        return "wgmma"
+        return variant
     if variant == "auto":
-        return "wgmma" if hopper and aligned and (WGMMA_BIAS or not has_bias) else "mma256"
+        return "tma" if hopper and aligned else "mma256"
     return variant
 
 
@@ -71,6 +70,10 @@ def wgmma_name(dtype: str, trans: bool) -> str:
     return f"sqmm_wgmma<{CTYPES[dtype]}, {_b(trans)}>"
 
 
+def tma_name(dtype: str, trans: bool) -> str:
+    return f"sqmm_tma<{CTYPES[dtype]}, {_b(trans)}>"
+
+
 def seed_name(dtype: str, trans: bool) -> str:
     return f"sqmm_seed<{CTYPES[dtype]}, {_b(trans)}>"
 
@@ -78,7 +81,7 @@ def seed_name(dtype: str, trans: bool) -> str:
 SOURCE.declare([tiled_name(t, tr, al, tbn) for t in DTYPES for tbn in ((128,) if t == "float32" else (256, 128))
                 for tr in (False, True) for al in (True, False)]
                + [seed_name(t, tr) for t in DTYPES for tr in (False, True)])
-SOURCE90.declare([wgmma_name(t, tr) for t in ("float16", "bfloat16") for tr in (False, True)])
+SOURCE90.declare([f(t, tr) for f in (tma_name, wgmma_name) for t in ("float16", "bfloat16") for tr in (False, True)])
 
 
 def has_wgmma() -> bool:
@@ -179,8 +182,12 @@ def square_matmul_impl(a, w, transpose=False, bias=None, variant="auto", op="squ
             SOURCE.kernel(seed_name(dtype, trans))((ceil_div(m, 4),), (128,), (a2, wc, np.int64(m), np.int32(n)))
             return a
         aligned = _aligned(dtype, n, a2, wc)  # the bias is read element by element
-        kind = choose_kernel(dtype, variant, has_wgmma(), aligned, bc is not None, op)
-        if kind == "wgmma":
+        kind = choose_kernel(dtype, variant, has_wgmma(), aligned, op)
+        if kind == "tma" and m >= 2 ** 31:
+            kind = "wgmma"  # TMA row coordinates are 32-bit
+        if kind == "tma":
+            _launch_tma(call, a2, wc, bc, trans, dtype, op)
+        elif kind == "wgmma":
             _launch_wgmma(call, a2, wc, bc, trans, dtype, op)
         else:
             _launch_tiled(call, a2, wc, bc, trans, dtype, op, 256 if kind == "mma256" else 128, aligned)
@@ -203,22 +210,35 @@ def max_n(resident: int, tbn: int) -> int:
 def _launch_tiled(call, a2, wc, bc, trans, dtype, op, tbn, aligned):
     kernel = SOURCE.kernel(tiled_name(dtype, trans, aligned, tbn))
     smem = 0 if dtype == "float32" else mma_smem(tbn)
-    _launch_persistent(call, kernel, smem, tbn, a2, wc, bc, op, ())
+    geometry = _persistent(call, kernel, THREADS, smem, tbn, a2.shape, op)
+    _launch(kernel, THREADS, smem, geometry, (a2, wc), a2, bc)
 
 
 def _launch_wgmma(call, a2, wc, bc, trans, dtype, op):
     kernel = SOURCE90.kernel(wgmma_name(dtype, trans))
+    geometry = _persistent(call, kernel, THREADS, WGMMA_SMEM, 256, a2.shape, op)
     # mn_swap = 0: the descriptor convention the H200 confirmed (1 is wrong for W as [k][n])
-    _launch_persistent(call, kernel, WGMMA_SMEM, 256, a2, wc, bc, op, (np.int32(0),))
+    _launch(kernel, THREADS, WGMMA_SMEM, geometry, (a2, wc), a2, bc, (np.int32(0),))
 
 
-def _launch_persistent(call, kernel, smem, tbn, a2, wc, bc, op, extra):
+def _launch_tma(call, a2, wc, bc, trans, dtype, op):
+    kernel = SOURCE90.kernel(tma_name(dtype, trans))
     m, n = a2.shape
+    geometry = _persistent(call, kernel, TMA_THREADS, TMA_SMEM, 256, a2.shape, op)
+    maps = (tensor_map_2d(a2.data.ptr, m, n, dtype, 64, BM),
+            tensor_map_2d(wc.data.ptr, n, n, dtype, 64, 256 if trans else 64))
+    _launch(kernel, TMA_THREADS, TMA_SMEM, geometry, maps + (a2,), a2, bc, by_value=True)
+
+
+def _persistent(call, kernel, threads, smem, tbn, shape, op):
+    """(grid, zeroed counters, tiles_n, total tiles) of a persistent launch of at most one wave, after
+    checking that a row block's column tiles fit in it together."""
+    m, n = shape
     if n >= 2 ** 31:
         raise ValueError(f"{op}: n = {n} is too large (int32 column index)")
     if smem:
         use_shared_memory(kernel, smem, op)
-    resident = resident_blocks(kernel, THREADS, smem)
+    resident = resident_blocks(kernel, threads, smem)
     tiles_n, rbs, total, grid = plan(m, n, tbn, resident)
     if tiles_n > resident:
         raise ValueError(f"{op}: n = {n} needs {tiles_n} column tiles of {tbn} resident at once, but this device "
@@ -227,9 +247,20 @@ def _launch_persistent(call, kernel, smem, tbn, a2, wc, bc, op, extra):
         raise ValueError(f"{op}: {m} x {n} has too many tiles for the 32-bit tile counter; split the rows")
     ctrl = call.empty((1 + rbs,), "int32")
     ctrl.fill(0)
-    kernel((grid,), (THREADS,),
-           (a2, wc, bc if bc is not None else wc, np.int32(bc is not None), np.int64(m), np.int32(n), ctrl,
-            np.uint32(tiles_n), np.uint32(total), *extra), shared_mem=smem)
+    return grid, ctrl, tiles_n, total
+
+
+def _launch(kernel, threads, smem, geometry, lead, a2, bc, extra=(), by_value=False):
+    """Launch with the shared tail of arguments: (*lead, bias, has_bias, m, n, ctrl, tiles_n, total, *extra);
+    by_value: `lead` holds structs as bytes (TMA maps), launched through the runtime's `launch`."""
+    grid, ctrl, tiles_n, total = geometry
+    m, n = a2.shape
+    args = (*lead, bc if bc is not None else a2, np.int32(bc is not None), np.int64(m), np.int32(n), ctrl,
+            np.uint32(tiles_n), np.uint32(total), *extra)
+    if by_value:
+        launch(kernel, grid, threads, args, smem)
+    else:
+        kernel((grid,), (threads,), args, shared_mem=smem)
 
 
 # ---- public API: torch tensors go through the custom op ------------------------------------------

@@ -1,0 +1,81 @@
+"""TMA descriptors (CUtensorMap) for Hopper kernels, encoded by the driver's cuTensorMapEncodeTiled
+through ctypes (CuPy does not wrap it), and `launch`, which passes them to a kernel by value
+(`const __grid_constant__` on the device side) through cuLaunchKernel: CuPy's scalar arguments hold at
+most 64 bytes, a CUtensorMap is 128."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+MAP_BYTES = 128
+_DATA_TYPE = {"float16": 6, "bfloat16": 9, "float32": 7}      # CUtensorMapDataType
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+_SWIZZLE_128B = 3                                              # CUtensorMapSwizzle
+_L2_PROMOTION_256B = 3                                         # CUtensorMapL2promotion
+_driver = {}
+
+
+def _libcuda(name: str):
+    f = _driver.get(name)
+    if f is None:
+        f = _driver[name] = getattr(ctypes.CDLL("libcuda.so.1"), name)
+    return f
+
+
+def _encoder():
+    f = _libcuda("cuTensorMapEncodeTiled")
+    if f.argtypes is None:
+        u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
+        f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                      ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        f.restype = ctypes.c_int
+    return f
+
+
+def tensor_map_2d(ptr: int, rows: int, cols: int, dtype: str, box_cols: int, box_rows: int) -> bytes:
+    """The descriptor of a row-major (rows, cols) matrix at device address `ptr` (16-byte aligned, rows
+    16-byte multiples), read in boxes of box_rows x box_cols elements into 128-byte-swizzled shared
+    memory (box_cols * itemsize == 128); elements outside the matrix read as zero."""
+    itemsize = _ITEMSIZE[dtype]
+    raw = np.zeros(MAP_BYTES + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64                  # the driver wants a 64-byte aligned map
+    rc = _encoder()(raw.ctypes.data + off, _DATA_TYPE[dtype], 2, ptr,
+                    (ctypes.c_uint64 * 2)(cols, rows), (ctypes.c_uint64 * 1)(cols * itemsize),
+                    (ctypes.c_uint32 * 2)(box_cols, box_rows), (ctypes.c_uint32 * 2)(1, 1),
+                    0, _SWIZZLE_128B, _L2_PROMOTION_256B, 0)
+    if rc != 0:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed with CUresult {rc} for a {rows} x {cols} {dtype} "
+                           f"matrix at 0x{ptr:x}, box {box_rows} x {box_cols}")
+    return raw[off:off + MAP_BYTES].tobytes()
+
+
+_CTYPE = {np.dtype(t): c for t, c in ((np.int32, ctypes.c_int32), (np.uint32, ctypes.c_uint32),
+                                      (np.int64, ctypes.c_int64), (np.uint64, ctypes.c_uint64),
+                                      (np.float32, ctypes.c_float), (np.float64, ctypes.c_double))}
+
+
+def _param(arg):
+    """A ctypes object holding one kernel argument's bytes: a device array's address, a NumPy scalar,
+    or raw bytes (a struct passed by value)."""
+    if isinstance(arg, bytes):
+        return (ctypes.c_ubyte * len(arg)).from_buffer_copy(arg)
+    if isinstance(arg, np.generic):
+        return _CTYPE[arg.dtype](arg.item())
+    return ctypes.c_void_p(arg.data.ptr)  # cupy.ndarray
+
+
+def launch(kernel, grid: int, block: int, args, shared_mem: int = 0) -> None:
+    """Launch a CuPy RawKernel on CuPy's current stream with `args` (CuPy arrays, NumPy scalars of the
+    kernel's parameter types, or bytes for structs passed by value) through cuLaunchKernel."""
+    import cupy
+
+    f = _libcuda("cuLaunchKernel")
+    params = [_param(a) for a in args]
+    pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
+    rc = f(ctypes.c_void_p(kernel.kernel.ptr), ctypes.c_uint(grid), ctypes.c_uint(1), ctypes.c_uint(1),
+           ctypes.c_uint(block), ctypes.c_uint(1), ctypes.c_uint(1), ctypes.c_uint(shared_mem),
+           ctypes.c_void_p(cupy.cuda.get_current_stream().ptr), pointers, ctypes.c_void_p(0))
+    if rc != 0:
+        raise RuntimeError(f"cuLaunchKernel failed with CUresult {rc} (grid {grid}, block {block}, "
+                           f"{shared_mem} bytes of shared memory)")
