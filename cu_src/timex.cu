@@ -678,3 +678,159 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
         if (b < B && t < T) out[(b * C + c) * (long long)T + (REV ? T - 1 - t : t)] = acc[mt][j][x] + e;
       }
 }
+
+// ---- opt-in grad_w on the tensor cores: diagonal bands (variant "tf32x3", float32 only) ------------
+// grad_f[c,d] = sum_b sum_t' k[b,t'] g[b,t'+d]. Cut t' = p0+i and t = p0+delta+j with p0, delta multiples of
+// 64 and i, j in [0,64): the band sum ACC[i,j] = sum_{b,p0} k[b,p0+i] g[b,p0+delta+j] is a plain 64 x 64
+// GEMM over K = (b, p0), and each pair (t', t >= t') falls in exactly one band, on the diagonal
+// j - i = d - delta. A block computes one band of one channel with the 3-MMA split of timex_tf32x3 and sums
+// its accumulator along the 127 diagonals into ws[c][band][63 + j - i] (fixed order); timex_grad_w_bands
+// then adds the two bands that hold each lag. Deterministic, no float atomics, workspace ~2*C*T floats.
+// Layout: K rows (b, p0) of 64 k and 64 g values sit split (hi, lo) in shared memory, row stride 72. Warp
+// (wm, wn) owns i in [32wm, 32wm+32) x j in [32wn, 32wn+32) (2 x 4 MMA tiles). The MMA's row r of m-tile mt
+// is i = 32wm + 4(r%8) + 2mt + r/8 and its column n of n-tile nt is j = 32wn + 4n + nt, so each thread's
+// fragments of all its tiles lie side by side: one 16-byte load per operand, k row and hi/lo (conflict-free
+// with the 72-float rows). Rows past B*np and times past T are zeros. Blocks run channel group by channel
+// group (16 channels, all bands, the long bands first), so the rows a group re-reads stay in L2.
+// VEC: 4-element global loads (T, strides and pointers multiples of 4 elements).
+// KC: K rows per chunk (16: 4 blocks per SM; 32: fewer barriers, 3 blocks per SM).
+// Launch: 1-D grid of C*ceil(T/64) blocks of 128; any B, C, T >= 1 (B*ceil(T/64) < 2^31).
+constexpr int TXB = 64;  // band tile
+template <int KC, bool VEC>
+__global__ void __launch_bounds__(TX_THREADS, KC <= 16 ? 4 : 3)
+timex_grad_w_tf32x3(const float* __restrict__ k, long long ksb, long long ksc, const float* __restrict__ g,
+                    long long gsb, long long gsc, float* __restrict__ ws, int B, int C, int T) {
+  constexpr int S = TXB + 8;                       // padded row: conflict-free 16-byte fragment loads
+  constexpr int NL = KC * TXB / 4 / TX_THREADS;    // 4-value groups per thread per operand
+  constexpr int SA = TXB + 1;                      // accumulator tile row in the epilogue
+  static_assert(TXB * SA <= 4 * KC * S, "epilogue tile fits the staging buffers");
+  __shared__ __align__(16) unsigned sm[4][KC * S];  // k hi, k lo, g hi, g lo
+
+  const int nt = (T + TXB - 1) / TXB;
+  const long long bid = blockIdx.x;
+  const long long group = bid / ((long long)TX_GROUP * nt);
+  const int gsz = (int)min((long long)TX_GROUP, C - group * TX_GROUP);
+  const int r_in = (int)(bid - group * TX_GROUP * nt);
+  const int c = (int)(group * TX_GROUP) + r_in % gsz;
+  const int band = r_in / gsz;                      // delta = 64 * band; the long bands first
+  const int np = nt - band;                         // tiles p0 with p0 + delta < T
+  const int nrows = B * np;
+  const int nchunks = (nrows + KC - 1) / KC;
+  const float* k0 = k + (long long)c * ksc;
+  const float* g0 = g + (long long)c * gsc + band * TXB;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int wm = warp >> 1, wn = warp & 1;
+  const int lrow = threadIdx.x / (TXB / 4), lcol = (threadIdx.x % (TXB / 4)) * 4;  // this thread's loads
+
+  float acc[2][4][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+
+  float pk[NL][4], pg[NL][4];
+  auto load4 = [&](float* dst, const float* row, int t, int lim) {  // row[t .. t+3], zeros at t >= lim
+    if constexpr (VEC) {
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (t < lim) v = *reinterpret_cast<const float4*>(row + t);
+      dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dst[e] = t + e < lim ? row[t + e] : 0.f;
+    }
+  };
+  auto fetch = [&](int ch) {
+#pragma unroll
+    for (int s = 0; s < NL; ++s) {
+      const int kk = ch * KC + lrow + s * (TX_THREADS * 4 / TXB);
+      if (kk < nrows) {
+        const int b = kk / np, p0 = (kk - b * np) * TXB;
+        load4(pk[s], k0 + b * ksb, p0 + lcol, T);
+        load4(pg[s], g0 + b * gsb, p0 + lcol, T - band * TXB);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pk[s][e] = pg[s][e] = 0.f;
+      }
+    }
+  };
+  auto split4 = [&](unsigned* hi, unsigned* lo, const float* v) {
+    uint4 h, l;
+    h.x = tf32_hi(v[0]), l.x = tf32_hi(v[0] - __uint_as_float(h.x));
+    h.y = tf32_hi(v[1]), l.y = tf32_hi(v[1] - __uint_as_float(h.y));
+    h.z = tf32_hi(v[2]), l.z = tf32_hi(v[2] - __uint_as_float(h.z));
+    h.w = tf32_hi(v[3]), l.w = tf32_hi(v[3] - __uint_as_float(h.w));
+    *reinterpret_cast<uint4*>(hi) = h;
+    *reinterpret_cast<uint4*>(lo) = l;
+  };
+
+  if (nchunks > 0) fetch(0);
+  for (int ch = 0; ch < nchunks; ++ch) {
+    __syncthreads();  // the previous chunk's fragments are read
+#pragma unroll
+    for (int s = 0; s < NL; ++s) {
+      const int o = (lrow + s * (TX_THREADS * 4 / TXB)) * S + lcol;
+      split4(sm[0] + o, sm[1] + o, pk[s]);
+      split4(sm[2] + o, sm[3] + o, pg[s]);
+    }
+    __syncthreads();
+    if (ch + 1 < nchunks) fetch(ch + 1);  // in flight while this chunk is multiplied
+#pragma unroll
+    for (int st = 0; st < KC / 8; ++st) {
+      const int ra = (8 * st + tig) * S + 32 * wm + 4 * grp, rb = (8 * st + tig) * S + 32 * wn + 4 * grp;
+      const uint4 ah0 = *reinterpret_cast<const uint4*>(sm[0] + ra), ah1 = *reinterpret_cast<const uint4*>(sm[0] + ra + 4 * S);
+      const uint4 al0 = *reinterpret_cast<const uint4*>(sm[1] + ra), al1 = *reinterpret_cast<const uint4*>(sm[1] + ra + 4 * S);
+      const uint4 bh0 = *reinterpret_cast<const uint4*>(sm[2] + rb), bh1 = *reinterpret_cast<const uint4*>(sm[2] + rb + 4 * S);
+      const uint4 bl0 = *reinterpret_cast<const uint4*>(sm[3] + rb), bl1 = *reinterpret_cast<const uint4*>(sm[3] + rb + 4 * S);
+      const unsigned ah[2][4] = {{ah0.x, ah0.y, ah1.x, ah1.y}, {ah0.z, ah0.w, ah1.z, ah1.w}};
+      const unsigned al[2][4] = {{al0.x, al0.y, al1.x, al1.y}, {al0.z, al0.w, al1.z, al1.w}};
+      const unsigned bh[4][2] = {{bh0.x, bh1.x}, {bh0.y, bh1.y}, {bh0.z, bh1.z}, {bh0.w, bh1.w}};
+      const unsigned bl[4][2] = {{bl0.x, bl1.x}, {bl0.y, bl1.y}, {bl0.z, bl1.z}, {bl0.w, bl1.w}};
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+          mma_tf32(acc[mt][n], al[mt], bh[n][0], bh[n][1]);
+          mma_tf32(acc[mt][n], ah[mt], bl[n][0], bl[n][1]);
+          mma_tf32(acc[mt][n], ah[mt], bh[n][0], bh[n][1]);
+        }
+    }
+  }
+
+  // Diagonal sums: the accumulator tile goes through shared memory; thread x sums diagonal j - i = x - 63.
+  float* at = reinterpret_cast<float*>(sm);
+  __syncthreads();
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int i = 32 * wm + 4 * grp + 2 * mt + (x >> 1), j = 32 * wn + 8 * tig + 4 * (x & 1) + n;
+        at[i * SA + j] = acc[mt][n][x];
+      }
+  __syncthreads();
+  const int e = (int)threadIdx.x - (TXB - 1);
+  if (e < TXB) {
+    float s = 0.f;
+    for (int i = max(0, -e); i < min(TXB, TXB - e); ++i) s += at[i * SA + i + e];
+    ws[((long long)c * nt + band) * (2 * TXB) + threadIdx.x] = s;
+  }
+}
+
+// grad_w[c, T-1-d] for d = 64L + r: diagonal r of band L plus diagonal r - 64 of band L+1 (when r > 0).
+// Launch: 1-D grid-stride loop over C*T; ws as written by timex_grad_w_tf32x3.
+__global__ void timex_grad_w_bands(const float* __restrict__ ws, float* __restrict__ gw, int C, int T) {
+  const int nt = (T + TXB - 1) / TXB;
+  const long long n = (long long)C * T;
+  for (long long x = blockIdx.x * (long long)blockDim.x + threadIdx.x; x < n; x += (long long)gridDim.x * blockDim.x) {
+    const long long c = x / T;
+    const int d = T - 1 - (int)(x - c * T), L = d / TXB, r = d % TXB;
+    const float* wc = ws + c * nt * (2 * TXB);
+    float s = wc[L * (2 * TXB) + TXB - 1 + r];
+    if (r > 0 && L + 1 < nt) s += wc[(L + 1) * (2 * TXB) + r - 1];
+    gw[x] = s;
+  }
+}

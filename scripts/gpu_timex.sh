@@ -7,15 +7,15 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/timex_out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv > "$OUT/smi.txt" 2>&1
-timeout 90 python3 -m pytest -q -rf -p no:cacheprovider tests/test_timex.py > "$OUT/pytest.log" 2>&1
+timeout 130 python3 -m pytest -q -rf -p no:cacheprovider tests/test_timex.py > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -25 "$OUT/pytest.log"
-timeout 45 python3 scripts/timex_probe.py 2>&1 | tee "$OUT/probe.log"
-timeout 75 python3 -m cupy_kernels bench --op timex --out "$OUT" > "$OUT/bench.log" 2>&1
+timeout 100 python3 scripts/timex_probe.py 2>&1 | tee "$OUT/probe.log"
+timeout 120 python3 -m cupy_kernels bench --op timex --out "$OUT" > "$OUT/bench.log" 2>&1
 echo "bench rc=$?"; grep -v "^\s*$" "$OUT/bench.log" | tail -45
-# Hardware counters of the forward, grad_k, grad_w and tf32x3 kernels at B=32 C=768 T=768 (one launch each).
-timeout 25 ncu --clock-control none --kernel-name regex:timex_ --launch-count 4 \
+# Hardware counters of the auto (tf32x3: forward, grad_k, grad_w + combine) and tiled kernels at B=32 C=768 T=768 (one launch each).
+timeout 30 ncu --clock-control none --kernel-name regex:timex_ --launch-count 6 \
   --section SpeedOfLight --section WarpStateStats --section Occupancy \
   python3 -c "import cupy, cupy_kernels as ck; w = cupy.random.standard_normal((768, 768), dtype=cupy.float32); \
 k = cupy.random.standard_normal((32, 768, 768), dtype=cupy.float32); ck.timex(w, k); ck.timex_backward(w, k, k); \
-ck.timex(w, k, variant='tf32x3'); cupy.cuda.Device().synchronize()" > "$OUT/ncu.txt" 2>&1
+ck.timex(w, k, variant='tiled'); ck.timex_backward(w, k, k, variant='tiled'); cupy.cuda.Device().synchronize()" > "$OUT/ncu.txt" 2>&1
 echo "ncu rc=$?"

@@ -70,7 +70,16 @@ def main():
     for cfg in tx.PROBE_GRAD_W:
         tx._launch_grad_w("float32", cfg, k, strides, g, strides, gw, B, C, T)
         print(f"check grad_w {cfg}: rel err {np.linalg.norm(cupy.asnumpy(gw) - rgw) / np.linalg.norm(rgw):.2e}")
-    rows.append(("backward (both)", timer(lambda: ck.timex_backward(w, k, g)), 2 * flop))
+    for chunk in (16, 32):
+        for vec in (False, True):
+            rows.append((f"grad_w tf32x3 KC={chunk} vec={vec}", timer(
+                lambda: tx._launch_grad_w_tf32x3("float32", k, strides, g, strides, gw, B, C, T, chunk=chunk,
+                                                 vec=vec)), flop))
+            print(f"check grad_w tf32x3 KC={chunk} vec={vec}: rel err "
+                  f"{np.linalg.norm(cupy.asnumpy(gw) - rgw) / np.linalg.norm(rgw):.2e}")
+    rows.append(("backward (both) auto", timer(lambda: ck.timex_backward(w, k, g)), 2 * flop))
+    rows.append(("backward (both) tiled", timer(lambda: ck.timex_backward(w, k, g, variant="tiled")), 2 * flop))
+    rows.append(("backward (both) tf32x3", timer(lambda: ck.timex_backward(w, k, g, variant="tf32x3")), 2 * flop))
     rows.append(("forward tf32x3", timer(lambda: ck.timex(w, k, variant="tf32x3")), flop))
     rows.append(("grad_k tf32x3", timer(lambda: tx._launch_tf32x3("float32", True, w, T, g, C * T, T, o, 0.0, B, C, T)),
                  flop))
@@ -86,7 +95,43 @@ def main():
     for name, ms, fl in rows:
         tf = fl / (ms * 1e-3) / 1e12
         print(f"{name:<32} {ms:9.4f} {tf:8.1f} {tf / peak:8.1%}")
+    sweep(timer)
+    tf32x3_error_vs_t()
     host_overhead(B, C, T)
+
+
+def sweep(timer):
+    """tiled vs tf32x3, forward and backward, at the bench's shapes and a few near the auto rule's edges."""
+    C = 768
+    print(f"{'B':>4} {'T':>5} {'fwd tiled':>10} {'fwd tf32x3':>10} {'bwd tiled':>10} {'bwd tf32x3':>10}  auto")
+    for B, T in [(384, 64), (96, 256), (32, 768), (24, 1024), (32, 1024), (16, 1536), (12, 2048), (6, 4096),
+                 (64, 256), (31, 768), (16, 768), (8, 768)]:
+        w = cupy.random.standard_normal((C, T), dtype=cupy.float32) / np.float32(np.sqrt(T))
+        k = cupy.random.standard_normal((B, C, T), dtype=cupy.float32)
+        g = cupy.random.standard_normal((B, C, T), dtype=cupy.float32)
+        f = [timer(lambda v=v: ck.timex(w, k, variant=v)) for v in ("tiled", "tf32x3")]
+        b = [timer(lambda v=v: ck.timex_backward(w, k, g, variant=v)) for v in ("tiled", "tf32x3")]
+        print(f"{B:4d} {T:5d} {f[0]:10.4f} {f[1]:10.4f} {b[0]:10.4f} {b[1]:10.4f}  {tx.tf32x3_auto('float32', B, T)}")
+        del w, k, g
+
+
+def tf32x3_error_vs_t():
+    """Relative norm errors of the tf32x3 kernels vs the float64 reference as T grows (B = 32, C = 16)."""
+    B, C = 32, 16
+    for T in (64, 256, 768, 1024, 1536, 2048, 4096):
+        r = np.random.default_rng(T)
+        w = (r.standard_normal((C, T)) / np.sqrt(T)).astype(np.float32)
+        k, g = (r.standard_normal((B, C, T)).astype(np.float32) for _ in range(2))
+        wd, kd, gd = cupy.asarray(w), cupy.asarray(k), cupy.asarray(g)
+        ref = tx.reference(w, k)
+        rgw, rgk = tx.reference_backward(w, k, g)
+        e = lambda a, b: np.linalg.norm(cupy.asnumpy(a) - b) / np.linalg.norm(b)
+        res = []
+        for v in ("tf32x3", "tiled"):
+            gw, gk = ck.timex_backward(wd, kd, gd, variant=v)
+            res.append(f"{v}: out {e(ck.timex(wd, kd, variant=v), ref):.2e} grad_w {e(gw, rgw):.2e} "
+                       f"grad_k {e(gk, rgk):.2e}")
+        print(f"error T={T:5d} " + " | ".join(res))
 
 
 def host_overhead(B, C, T):

@@ -101,6 +101,27 @@ def test_tf32x3_fragment_maps_emulated(shape):
     assert rel_err(emu.tf32x3(w, k, 0.0, True), rgk) < 1e-13
 
 
+@pytest.mark.parametrize("chunk", [16, 32])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 37), (5, 2, 130), (2, 1, 64), (3, 17, 65)])
+def test_grad_w_tf32x3_bands_emulated(shape, chunk):
+    """The band GEMMs' loads, permuted fragment maps, diagonal sums and two-band combine (grad_w tf32x3)."""
+    import timex_emulate as emu
+
+    r = rng()
+    B, C, T = shape
+    w, k, g = r.standard_normal((C, T)), r.standard_normal(shape), r.standard_normal(shape)
+    assert rel_err(emu.grad_w_tf32x3(k, g, chunk), tx.reference_backward(w, k, g)[0]) < 1e-13
+
+
+def test_auto_takes_tf32x3_only_for_float32_batches_of_32_and_t_up_to_1024():
+    assert tx.tf32x3_auto("float32", 32, 768) and tx.tf32x3_auto("float32", 384, 64)
+    assert tx.tf32x3_auto("float32", 32, 1) and tx.tf32x3_auto("float32", 33, 1024)
+    assert not tx.tf32x3_auto("float32", 31, 768) and not tx.tf32x3_auto("float32", 32, 1025)
+    assert not any(tx.tf32x3_auto(dt, 64, 768) for dt in ("float16", "bfloat16", "float64"))
+    assert tx.backward_variant("auto") == "auto" and tx.backward_variant("tf32x3") == "tf32x3"
+    assert tx.backward_variant("balanced") == "tiled" and tx.backward_variant("tiled_b8") == "tiled"
+
+
 def test_seed_preconditions_and_tiled_choice():
     assert tx.seed_preconditions("batch8", "float32", 32, 768) is None
     assert tx.seed_preconditions("balanced", "float32", 32, 768) is None
@@ -270,12 +291,46 @@ def test_row_strided_w_is_used_without_a_copy(dtype, poison):
 
 @gpu
 @pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 5), (3, 2, 127), (33, 3, 1000), (2, 1, 4097), (32, 2, 768),
-                                   (65, 1, 300)])
+                                   (65, 1, 300), (32, 19, 129), (2, 1, 5000)])
 def test_tf32x3_split_precision_accuracy(shape, poison):
     # The opt-in tensor-core path's stated error (docs/timex.md): measured on an H200 at 4e-6 (T = 768) and
     # 2.0e-5 (grad_k, T = 4097) relative norm, growing with T; TF32 alone would give ~1e-3.
     check_forward(shape, "float32", "tf32x3", tol=TF32X3_TOL)
     check_backward(shape, "float32", "tf32x3", tol=TF32X3_TOL)
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(32, 2, 768), (33, 3, 1000), (40, 17, 1024), (64, 1, 1), (32, 2, 1023),
+                                   (35, 3, 65), (32, 1, 7)])
+def test_auto_tf32x3_keeps_float32_accuracy(shape, poison):
+    """Where 'auto' takes the tensor-core kernels it must hold float32's 1e-5 (not the opt-in's 5e-5)."""
+    assert tx.tf32x3_auto("float32", shape[0], shape[2])
+    check_forward(shape, "float32")
+    check_backward(shape, "float32")
+
+
+@gpu
+@pytest.mark.parametrize("chunk", [16, 32])
+@pytest.mark.parametrize("vec", [False, True])
+def test_grad_w_tf32x3_chunks_and_loads(chunk, vec):
+    """Both compiled chunk sizes, scalar and 4-wide loads; workspace and output NaN-poisoned; the result
+    bit-identical on a second run (no atomics)."""
+    import cupy
+
+    r = rng()
+    for B, C, T in [(1, 1, 4), (9, 2, 132), (17, 3, 1000), (32, 2, 768), (3, 1, 5000), (2, 18, 64)]:
+        w, k, g = r.standard_normal((C, T)), r.standard_normal((B, C, T)), r.standard_normal((B, C, T))
+        kd, gd = cupy_array(k, "float32"), cupy_array(g, "float32")
+        runs = []
+        for _ in range(2):
+            gw = cupy_array(np.full((C, T), np.nan), "float32")
+            ws = cupy.full((C, -(-T // tx.BAND), 2 * tx.BAND), np.nan, np.float32)
+            st = (C * T, T, 1)
+            tx._launch_grad_w_tf32x3("float32", kd, st, gd, st, gw, B, C, T, ws, chunk=chunk, vec=vec)
+            runs.append(cupy.asnumpy(gw))
+        err = rel_err(runs[0], tx.reference_backward(w, k, g)[0])
+        assert err <= TF32X3_TOL, (chunk, vec, B, C, T, err)
+        assert np.array_equal(runs[0], runs[1]), (chunk, vec, B, C, T, "not deterministic")
 
 
 @gpu

@@ -177,3 +177,72 @@ def tf32x3(w, k, eps, REV):
                                     if b < B and t < T:
                                         out[b, c, T - 1 - t if REV else t] = acc[warp, lane, mt, j, x] + eps
     return out
+
+
+def grad_w_tf32x3(k, g, KC=16, group=16):
+    """timex_grad_w_tf32x3<KC, VEC> + timex_grad_w_bands: band GEMMs with the permuted fragment maps,
+    diagonal sums into the workspace, then the two-band combine (exact products, like tf32x3 above)."""
+    B, C, T = k.shape
+    TB, S, SA = 64, 72, 65
+    nt = -(-T // TB)
+    ws = np.full((C, nt, 2 * TB), np.nan)
+    for bid in range(C * nt):
+        grp_ = bid // (group * nt)
+        gsz = min(group, C - grp_ * group)
+        r_in = bid - grp_ * group * nt
+        c, band = grp_ * group + r_in % gsz, r_in // gsz
+        np_ = nt - band
+        nrows = B * np_
+        acc = np.zeros((4, 32, 2, 4, 4))
+        for ch in range(-(-nrows // KC)):
+            sk, sg = np.full(KC * S, np.nan), np.full(KC * S, np.nan)
+            for tid in range(THREADS):
+                lrow, lcol = tid // 16, (tid % 16) * 4
+                for s in range(KC * TB // 4 // THREADS):
+                    row = lrow + s * 8
+                    kk = ch * KC + row
+                    for e in range(4):
+                        kv = gv = 0.0
+                        if kk < nrows:
+                            b, p0 = kk // np_, (kk % np_) * TB
+                            t = p0 + lcol + e
+                            kv = k[b, c, t] if t < T else 0.0
+                            gv = g[b, c, band * TB + t] if band * TB + t < T else 0.0
+                        sk[row * S + lcol + e], sg[row * S + lcol + e] = kv, gv
+            for warp in range(4):
+                wm, wn = warp >> 1, warp & 1
+                for st in range(KC // 8):
+                    af, bf = np.zeros((32, 2, 4)), np.zeros((32, 4, 2))
+                    for lane in range(32):
+                        grp, tig = lane >> 2, lane & 3
+                        ra, rb = (8 * st + tig) * S + 32 * wm + 4 * grp, (8 * st + tig) * S + 32 * wn + 4 * grp
+                        a0, a1 = sk[ra: ra + 4], sk[ra + 4 * S: ra + 4 * S + 4]
+                        b0, b1 = sg[rb: rb + 4], sg[rb + 4 * S: rb + 4 * S + 4]
+                        af[lane] = [[a0[0], a0[1], a1[0], a1[1]], [a0[2], a0[3], a1[2], a1[3]]]
+                        bf[lane] = np.stack([b0, b1], axis=1)
+                    for mt in range(2):
+                        for n in range(4):
+                            _mma(acc[warp, :, mt, n], af[:, mt], bf[:, n])
+        at = np.full(TB * SA, np.nan)
+        for warp in range(4):
+            wm, wn = warp >> 1, warp & 1
+            for lane in range(32):
+                grp, tig = lane >> 2, lane & 3
+                for mt in range(2):
+                    for n in range(4):
+                        for x in range(4):
+                            i, j = 32 * wm + 4 * grp + 2 * mt + (x >> 1), 32 * wn + 8 * tig + 4 * (x & 1) + n
+                            at[i * SA + j] = acc[warp, lane, mt, n, x]
+        for tid in range(2 * TB - 1):
+            e = tid - (TB - 1)
+            ws[c, band, tid] = sum(at[i * SA + i + e] for i in range(max(0, -e), min(TB, TB - e)))
+    gw = np.full((C, T), np.nan)
+    for c in range(C):
+        for jj in range(T):
+            d = T - 1 - jj
+            L, r = divmod(d, TB)
+            s = ws[c, L, TB - 1 + r]
+            if r > 0 and L + 1 < nt:
+                s += ws[c, L + 1, r - 1]
+            gw[c, jj] = s
+    return gw

@@ -55,6 +55,12 @@ def _no_grad(fn):
     return run
 
 
+def _auto_note(B, T):
+    from ..ops.timex import choose_tiled, tf32x3_auto
+
+    return "auto = tf32x3" if tf32x3_auto("float32", B, T) else f"auto = tiled {choose_tiled('float32', B)}"
+
+
 @suite("timex")
 def timex_suite(quick: bool):
     import cupy_kernels as ck
@@ -68,22 +74,24 @@ def timex_suite(quick: bool):
     impls = {"cupy_kernels": lambda: ck.timex(wc, kc)}
     impls.update({f"ladder {v}": (lambda v=v: ck.timex(wc, kc, variant=v)) for v in LADDER})
     impls["tiled b8 (small-batch shape)"] = lambda: ck.timex(wc, kc, variant="tiled_b8")
-    impls["opt-in tf32x3 (tensor cores)"] = lambda: ck.timex(wc, kc, variant="tf32x3")
+    impls[f"tiled {choose_tiled('float32', B)} (SIMT fp32)"] = lambda: ck.timex(wc, kc, variant="tiled")
+    impls["tf32x3 (tensor cores)"] = lambda: ck.timex(wc, kc, variant="tf32x3")
     impls["cupy_kernels via torch op"] = _no_grad(lambda: ck.timex(w, k))
     impls["torch conv1d"] = lambda: _torch_forward(w, k)
     yield Group("timex forward", shape, "float32", impls, bytes=nbytes, flops=2 * fmas,
-                note=f"default tile {choose_tiled('float32', B)}")
+                note=_auto_note(B, T))
     yield Group("timex backward", shape, "float32",
                 {"cupy_kernels": lambda: ck.timex_backward(wc, kc, gc),
-                 "opt-in tf32x3 (grad_k on tensor cores)": lambda: ck.timex_backward(wc, kc, gc, variant="tf32x3"),
+                 "tiled (SIMT fp32 grad_k + grad_w)": lambda: ck.timex_backward(wc, kc, gc, variant="tiled"),
+                 "tf32x3 (both on tensor cores)": lambda: ck.timex_backward(wc, kc, gc, variant="tf32x3"),
                  "ladder naive": lambda: ck.timex_backward(wc, kc, gc, variant="naive")},
-                bytes=4 * (3 * B * C * T + 2 * C * T), flops=4 * fmas)
+                bytes=4 * (3 * B * C * T + 2 * C * T), flops=4 * fmas, note=_auto_note(B, T))
     yield Group("timex forward+backward", shape, "float32",
                 {"cupy_kernels (torch autograd)": lambda: _ours_fwd_bwd(w, k, g),
                  "cupy_kernels (cupy, kernels only)": lambda: (ck.timex(wc, kc), ck.timex_backward(wc, kc, gc)),
-                 "opt-in tf32x3 (torch autograd)": lambda: _ours_fwd_bwd(w, k, g, "tf32x3"),
-                 "opt-in tf32x3 (cupy, kernels only)": lambda: (ck.timex(wc, kc, variant="tf32x3"),
-                                                                ck.timex_backward(wc, kc, gc, variant="tf32x3")),
+                 "tiled SIMT (torch autograd)": lambda: _ours_fwd_bwd(w, k, g, "tiled"),
+                 "tiled SIMT (cupy, kernels only)": lambda: (ck.timex(wc, kc, variant="tiled"),
+                                                             ck.timex_backward(wc, kc, gc, variant="tiled")),
                  "torch conv1d (autograd)": lambda: _torch_fwd_bwd(w, k, g)},
                 bytes=4 * (4 * B * C * T + 2 * C * T), flops=6 * fmas)
     if not quick:
@@ -102,13 +110,16 @@ def timex_suite(quick: bool):
         w, k, g, wc, kc, gc = _inputs(B, T)
         fmas = B * C * T * (T + 1) // 2
         shape = f"B={B} C={C} T={T}"
-        note = f"tile {choose_tiled('float32', B)}"
+        note = _auto_note(B, T)
         yield Group("timex forward", shape, "float32",
-                    {"cupy_kernels": lambda: ck.timex(wc, kc), "opt-in tf32x3": lambda: ck.timex(wc, kc, variant="tf32x3"),
-                     "torch conv1d": lambda: _torch_forward(w, k)},
+                    {"cupy_kernels": lambda: ck.timex(wc, kc), "tiled (SIMT)": lambda: ck.timex(wc, kc, variant="tiled"),
+                     "tf32x3": lambda: ck.timex(wc, kc, variant="tf32x3"), "torch conv1d": lambda: _torch_forward(w, k)},
                     bytes=4 * (2 * B * C * T + C * T), flops=2 * fmas, note=note)
         yield Group("timex forward+backward", shape, "float32",
                     {"cupy_kernels (torch autograd)": lambda: _ours_fwd_bwd(w, k, g),
+                     "cupy_kernels (cupy, kernels only)": lambda: (ck.timex(wc, kc), ck.timex_backward(wc, kc, gc)),
+                     "tiled SIMT (cupy, kernels only)": lambda: (ck.timex(wc, kc, variant="tiled"),
+                                                                 ck.timex_backward(wc, kc, gc, variant="tiled")),
                      "torch conv1d (autograd)": lambda: _torch_fwd_bwd(w, k, g)},
                     bytes=4 * (4 * B * C * T + 2 * C * T), flops=6 * fmas, note=note)
         del w, k, g, wc, kc, gc

@@ -34,6 +34,11 @@ VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "nai
 LADDER = ("naive", "shared", "float4", "batch8", "balanced")  # the seed's rungs, in order
 BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
 TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3
+GRAD_W_TF32X3_KC = 16    # K rows per chunk of timex_grad_w_tf32x3 (32 is compiled for the probe)
+BAND = 64                # band tile of timex_grad_w_tf32x3 (TXB)
+# 'auto' runs the tf32x3 kernels for float32 when B >= 32 (they fill their 32-row tile; smaller batches
+# are faster on the SIMT tiles) and T <= 1024 (their error grows with T: ~4e-6 at 768, 2e-5 at 4097).
+TF32X3_AUTO = (32, 1024)  # (min B, max T)
 SEED_RUNGS = {  # kernel, float32 only; preconditions checked by _seed_check
     "shared": "timex_shared", "float4": "timex_float4", "batch8": "timex_batch8", "balanced": "timex_balanced",
 }
@@ -53,13 +58,18 @@ def _grad_w_name(dtype, cfg=None, vec=False):
     return f"timex_grad_w<{CTYPES[dtype]}, {rd}, {ru}, {ld}, {_b(vec)}>"
 
 
+def _grad_w_tf32x3_name(chunk=None, vec=False):
+    return f"timex_grad_w_tf32x3<{chunk or GRAD_W_TF32X3_KC}, {_b(vec)}>"
+
+
 def _declare():
     names = []
     for dt in FLOAT_DTYPES:
         names += [f"timex_naive<{CTYPES[dt]}>", f"timex_naive_grad_k<{CTYPES[dt]}>",
                   f"timex_naive_grad_w<{CTYPES[dt]}>"]
     names += list(SEED_RUNGS.values())
-    names += ["timex_tf32x3<false>", "timex_tf32x3<true>"]
+    names += ["timex_tf32x3<false>", "timex_tf32x3<true>", "timex_grad_w_bands"]
+    names += [_grad_w_tf32x3_name(kc, vec) for kc in (16, 32) for vec in (False, True)]
     for dt in FLOAT_DTYPES:
         cfgs = [TILED_F64[1]] if dt == "float64" else list(TILED.values())
         for cfg in cfgs:
@@ -85,6 +95,11 @@ def choose_tiled(dtype: str, B: int) -> str:
     if dtype == "float64":
         return TILED_F64[0]
     return min(TILED, key=lambda n: ceil_div(B, tiled_shape(TILED[n])[0]) * tiled_shape(TILED[n])[0] * TILED_COST[n])
+
+
+def tf32x3_auto(dtype: str, B: int, T: int) -> bool:
+    """Whether 'auto' takes the tf32x3 tensor-core kernels (faster there, error within float32's 1e-5)."""
+    return dtype == "float32" and B >= TF32X3_AUTO[0] and T <= TF32X3_AUTO[1]
 
 
 def _cfg(name):
@@ -171,6 +186,8 @@ def timex_impl(w, k, eps: float = 0.0, variant: str = "auto"):
         wc, ws = _rows(wc, "w", op)
         kc, ks = _rows(kc, "k", op)
         eps = np.float64(eps)
+        if variant == "auto" and tf32x3_auto(dtype, B, T):
+            variant = "tf32x3"
         if variant in ("auto", "tiled") or variant.startswith("tiled_"):
             name = choose_tiled(dtype, B) if variant in ("auto", "tiled") else variant[len("tiled_"):]
             if dtype == "float64" and name != TILED_F64[0]:
@@ -264,8 +281,9 @@ def timex_backward(w, k, grad_out, *, variant: str = "auto"):
 
     grad_k[b,c,u] = sum_{t>=u} grad_out[b,c,t] w[c,T-1-t+u];
     grad_w[c,T-1-d] = sum_b sum_{t>=d} grad_out[b,c,t] k[b,c,t-d] (reduced over b inside the kernel).
-    Both come C-contiguous in the input dtype. variant: 'auto' / 'tiled', 'tf32x3' (grad_k on the tensor
-    cores in split-precision TF32, float32 only; grad_w stays on the tiled FFMA kernel) or 'naive'.
+    Both come C-contiguous in the input dtype. variant: 'auto' (tf32x3 where tf32x3_auto says so, else
+    tiled), 'tiled' (the SIMT kernels), 'tf32x3' (both gradients on the tensor cores in split-precision
+    TF32, float32 only; grad_w through a workspace of ~2*C*T floats) or 'naive'.
     """
     if variant not in BACKWARD_VARIANTS:
         raise ValueError(f"timex_backward: variant must be one of {', '.join(BACKWARD_VARIANTS)}; got {variant!r}")
@@ -273,8 +291,9 @@ def timex_backward(w, k, grad_out, *, variant: str = "auto"):
 
 
 def backward_variant(variant: str) -> str:
-    """The backward a forward variant's autograd uses: naive with naive, tf32x3 with tf32x3, else tiled."""
-    return variant if variant in ("naive", "tf32x3") else "auto"
+    """The backward a forward variant's autograd uses: auto, naive and tf32x3 their own, the other (SIMT)
+    rungs the SIMT tiled kernels."""
+    return variant if variant in ("auto", "naive", "tf32x3") else "tiled"
 
 
 def timex_backward_impl(w, k, grad_out, variant: str = "auto"):
@@ -300,11 +319,12 @@ def timex_backward_impl(w, k, grad_out, variant: str = "auto"):
             _launch_naive(f"timex_naive_grad_w<{CTYPES[dtype]}>", C * T,
                           (kc, np.int64(ks[0]), np.int64(ks[1]), gc, np.int64(gs[0]), np.int64(gs[1]), gw,
                            np.int32(B), np.int32(C), np.int32(T)))
+        elif variant == "tf32x3" or (variant == "auto" and tf32x3_auto(dtype, B, T)):
+            _launch_tf32x3(dtype, True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
+            _launch_grad_w_tf32x3(dtype, kc, ks, gc, gs, gw, B, C, T,
+                                  call.empty((C, ceil_div(T, BAND), 2 * BAND), "float32"))
         else:
-            if variant == "tf32x3":
-                _launch_tf32x3(dtype, True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
-            else:
-                _launch_tiled(dtype, choose_tiled(dtype, B), True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
+            _launch_tiled(dtype, choose_tiled(dtype, B), True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
             _launch_grad_w(dtype, None, kc, ks, gc, gs, gw, B, C, T)
         return call.result(gw), call.result(gk)
 
@@ -324,6 +344,27 @@ def _launch_grad_w(dtype, cfg, k, ks, g, gs, gw, B, C, T, vec=None):
     SOURCE.kernel(_grad_w_name(dtype, cfg, vec))(
         (blocks,), (THREADS,), (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), gw,
                            np.int32(B), np.int32(C), np.int32(T)))
+
+
+def _launch_grad_w_tf32x3(dtype, k, ks, g, gs, gw, B, C, T, ws=None, chunk=None, vec=None):
+    """Band GEMMs into the workspace ws (C, ceil(T/64), 128) float32, then the two-band combine into gw."""
+    import cupy
+
+    if dtype != "float32":
+        raise ValueError(f"timex_backward: variant 'tf32x3' (split-precision TF32 tensor cores) is float32 only; "
+                         f"got {dtype}")
+    nt = ceil_div(T, BAND)
+    if C * nt >= 2**31 or B * nt >= 2**31:
+        raise ValueError(f"timex_backward: C * ceil(T / {BAND}) and B * ceil(T / {BAND}) must be < 2**31 for "
+                         f"'tf32x3'; got B = {B}, C = {C}, T = {T}")
+    if ws is None:
+        ws = cupy.empty((C, nt, 2 * BAND), cupy.float32)
+    if vec is None:
+        vec = T % 4 == 0 and _aligned4(k, ks) and _aligned4(g, gs)
+    SOURCE.kernel(_grad_w_tf32x3_name(chunk, vec))(
+        (C * nt,), (THREADS,), (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), ws,
+                                np.int32(B), np.int32(C), np.int32(T)))
+    _launch_naive("timex_grad_w_bands", C * T, (ws, gw, np.int32(C), np.int32(T)))
 
 
 # ---- float64 references (host, NumPy) -------------------------------------------------------------
