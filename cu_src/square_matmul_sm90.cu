@@ -206,8 +206,14 @@ sqmm_wgmma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bi
 // A CUtensorMap (TMA descriptor, built by the host with cuTensorMapEncodeTiled), passed by value.
 struct alignas(64) TmaMap { unsigned long long words[16]; };
 
-constexpr int TMA_THREADS = 384;                   // warpgroup 0: producer; 1 and 2: consumers
-constexpr int TMA_SMEM = STAGES * (A_STAGE + B_STAGE) * 2 + 1024;
+constexpr int TMA_THREADS = 384;                   // warpgroup 0: producer (+ store warp); 1 and 2: consumers
+constexpr int C_TILE = BM * TBN * 2;               // a 128 x 256 half tile staged for the TMA store
+// Pipeline depth and dynamic shared memory of sqmm_tma<T, TRANS, STORE_WARP>: the staged output tile
+// (64 KB) costs one of the four 48 KB stages.
+__host__ __device__ constexpr int tma_stages(bool store_warp) { return store_warp ? 3 : 4; }
+__host__ __device__ constexpr int tma_smem(bool store_warp) {
+  return tma_stages(store_warp) * (A_STAGE + B_STAGE) * 2 + (store_warp ? C_TILE : 0) + 1024;
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
@@ -232,59 +238,108 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TmaMap& map, int c0
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
       ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
+// Box from shared memory to (c0, c1) of the tensor; parts outside it are not written.
+__device__ __forceinline__ void tma_store(const TmaMap& map, int c0, int c1, unsigned src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+               ::"l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(src) : "memory");
+}
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
+
+// One m64n256 accumulator fragment (+ bias) as T pairs into the staged output tile: four [128 rows][64]
+// boxes, 128-byte swizzled like the loads (conflict-free: the 8 rows of a warp's store hit 8 chunks).
+template <typename T>
+__device__ __forceinline__ void stage_fragment(const float (&d)[128], unsigned cs, const T* bias, int has_bias,
+                                               int n, int r, int col) {
+  typedef typename Pair2<T>::type P2;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int c = col + j * 8;
+    const float b0 = has_bias && c < n ? cast<float>(bias[c]) : 0.0f;
+    const float b1 = has_bias && c < n ? cast<float>(bias[c + 1]) : 0.0f;
+    const unsigned box = cs + (j >> 3) * (BM * 128) + (col & 7) * 2;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int rr = r + 8 * h;
+      const P2 v = Pair2<T>::make(d[4 * j + 2 * h] + b0, d[4 * j + 2 * h + 1] + b1);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(box + rr * 128 + (((j & 7) ^ (rr & 7)) << 4)),
+                   "r"(*reinterpret_cast<const unsigned*>(&v)) : "memory");
+    }
+  }
+}
 #endif
 
 // Warp-specialised wgmma kernel for float16 / bfloat16, Hopper only. Launch: 1-D grid of
-// min(SMs, tiles) blocks (>= tiles_n, the host checks), 384 threads, TMA_SMEM bytes of dynamic shared
-// memory; ctrl zeroed. Tiles are 128 x 256, dealt round-robin (tile = blockIdx.x + i * gridDim.x), so a
-// block never holds two tiles of one row block and a tile only waits for tiles of smaller index: no
-// deadlock. One thread of warpgroup 0 loads 4 stages ahead with TMA (A [128][64] and W as [256 n][64 k]
-// or four [64 k][64 n] atoms, 128-byte swizzle, out-of-range zeros); warpgroups 1 and 2 each multiply
-// 64 rows x 256 columns (m64n256k16), release each stage through an mbarrier, wait for the row block,
-// then store. While they wait and store, the producer already fills the stages of their next tile.
+// min(SMs, tiles) blocks (>= tiles_n, the host checks), 384 threads, tma_smem(STORE_WARP) bytes of dynamic
+// shared memory; ctrl zeroed. Tiles are 128 x 256, dealt round-robin (tile = blockIdx.x + i * gridDim.x), so
+// a block never holds two tiles of one row block and a tile only waits for tiles of smaller index: no
+// deadlock. One thread of warpgroup 0 loads tma_stages() stages ahead with TMA (A [128][64] and W as
+// [256 n][64 k] or four [64 k][64 n] atoms, 128-byte swizzle, out-of-range zeros); warpgroups 1 and 2 each
+// multiply 64 rows x 256 columns (m64n256k16) and release each stage through an mbarrier.
+//  - STORE_WARP: the consumers write the tile (+ bias) into shared memory and go on to the next tile; one
+//    thread of warp 1 announces the row block's reads, waits for the row block, and writes the tile to A
+//    with TMA stores, so neither the wait nor the stores stall the tensor cores.
+//  - else the consumers wait for the row block themselves and store from registers.
 // map_a: A (m rows x n), box 64 x 128; map_w: W, box 64 x 256 (TRANS) or 64 x 64. n % 8 == 0, m < 2^31.
-template <typename T, bool TRANS>
+template <typename T, bool TRANS, bool STORE_WARP>
 __global__ void __launch_bounds__(TMA_THREADS, 1)
 sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_w, T* a,
          const T* __restrict__ bias, int has_bias, long long m, int n, unsigned* ctrl, unsigned tiles_n,
          unsigned total_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int S = tma_stages(STORE_WARP);
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  __shared__ __align__(8) unsigned long long full_bar[STAGES], empty_bar[STAGES];
+  __shared__ __align__(8) unsigned long long full_bar[S], empty_bar[S], c_full, c_empty;
   const unsigned raw = smem_addr(smem_raw);
-  const unsigned As = (raw + 1023) & ~1023u;            // STAGES x [128 rows][64 k]
-  const unsigned Bs = As + STAGES * A_STAGE * 2;        // STAGES x W tile
+  const unsigned As = (raw + 1023) & ~1023u;            // S x [128 rows][64 k]
+  const unsigned Bs = As + S * A_STAGE * 2;             // S x W tile
+  const unsigned Cs = Bs + S * B_STAGE * 2;             // STORE_WARP: the output tile, 4 x [128][64]
   const int tid = threadIdx.x, wg = tid >> 7;
   const int ktiles = (n + BK - 1) / BK;
   if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) {
+    for (int s = 0; s < S; ++s) {
       mbar_init(smem_addr(&full_bar[s]), 1);    // the producer's expect_tx; the bytes complete it
       mbar_init(smem_addr(&empty_bar[s]), 2);   // one arrival per consumer warpgroup
     }
+    mbar_init(smem_addr(&c_full), 2);           // both consumer warpgroups staged their halves
+    mbar_init(smem_addr(&c_empty), 1);          // the store warp's TMA stores have read the tile
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
-  if (wg == 0) {  // producer
+  if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (tid != 0) return;
-    unsigned it = 0;  // k steps issued so far, over all tiles: stage it % STAGES, pass it / STAGES
-    for (unsigned t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-      const int row0 = (int)(t / tiles_n) * BM, n0 = (int)(t % tiles_n) * TBN;
-      for (int kt = 0; kt < ktiles; ++kt, ++it) {
-        const unsigned s = it % STAGES, full = smem_addr(&full_bar[s]);
-        mbar_wait(smem_addr(&empty_bar[s]), ((it / STAGES) & 1) ^ 1);
-        mbar_expect_tx(full, (A_STAGE + B_STAGE) * 2);
-        tma_load(As + s * A_STAGE * 2, map_a, kt * BK, row0, full);
-        const unsigned bs = Bs + s * B_STAGE * 2;
-        if (TRANS) {
-          tma_load(bs, map_w, kt * BK, n0, full);
-        } else {
+    if (tid == 0) {  // producer
+      unsigned it = 0;  // k steps issued so far, over all tiles: stage it % S, pass it / S
+      for (unsigned t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+        const int row0 = (int)(t / tiles_n) * BM, n0 = (int)(t % tiles_n) * TBN;
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          const unsigned s = it % S, full = smem_addr(&full_bar[s]);
+          mbar_wait(smem_addr(&empty_bar[s]), ((it / S) & 1) ^ 1);
+          mbar_expect_tx(full, (A_STAGE + B_STAGE) * 2);
+          tma_load(As + s * A_STAGE * 2, map_a, kt * BK, row0, full);
+          const unsigned bs = Bs + s * B_STAGE * 2;
+          if (TRANS) {
+            tma_load(bs, map_w, kt * BK, n0, full);
+          } else {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) tma_load(bs + j * 8192, map_w, n0 + 64 * j, kt * BK, full);
+            for (int j = 0; j < 4; ++j) tma_load(bs + j * 8192, map_w, n0 + 64 * j, kt * BK, full);
+          }
         }
       }
+    } else if (STORE_WARP && tid == 32) {  // store warp
+      unsigned i = 0;
+      for (unsigned t = blockIdx.x; t < total_tiles; t += gridDim.x, ++i) {
+        mbar_wait(smem_addr(&c_full), i & 1);
+        row_block_arrive_wait(ctrl + 1 + t / tiles_n, tiles_n);
+        const int row0 = (int)(t / tiles_n) * BM, n0 = (int)(t % tiles_n) * TBN;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) tma_store(map_a, n0 + 64 * j, row0, Cs + j * (BM * 128));
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+        asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+        mbar_arrive(smem_addr(&c_empty));
+      }
+      asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // the writes done before the block exits
     }
     return;
   }
@@ -292,15 +347,15 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
   const int cw = wg - 1, ctid = tid - 128, lane = tid & 31, wq = (tid >> 5) & 3;
   const bool signals = (tid & 127) == 0;  // one thread per warpgroup releases stages
-  unsigned it = 0;
-  for (unsigned t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+  unsigned it = 0, i = 0;
+  for (unsigned t = blockIdx.x; t < total_tiles; t += gridDim.x, ++i) {
     const unsigned rb = t / tiles_n;
     const long long row0 = (long long)rb * BM;
     const int n0 = (int)(t % tiles_n) * TBN;
     float acc[128];
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
-      const unsigned s = it % STAGES;
-      mbar_wait(smem_addr(&full_bar[s]), (it / STAGES) & 1);
+      const unsigned s = it % S;
+      mbar_wait(smem_addr(&full_bar[s]), (it / S) & 1);
       const unsigned as = As + s * A_STAGE * 2 + cw * 64 * 128, bs = Bs + s * B_STAGE * 2;
       wg_fence();
 #pragma unroll
@@ -312,15 +367,23 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
       }
       wg_commit();
       wg_wait<1>();  // step kt - 1 has finished reading its stage
-      if (kt > 0 && signals) mbar_arrive(smem_addr(&empty_bar[(it - 1) % STAGES]));
+      if (kt > 0 && signals) mbar_arrive(smem_addr(&empty_bar[(it - 1) % S]));
     }
     wg_wait<0>();
-    if (signals) mbar_arrive(smem_addr(&empty_bar[(it - 1) % STAGES]));
-    consumers_sync();  // both warpgroups are done with this tile's A
-    if (ctid == 0) row_block_arrive_wait(ctrl + 1 + rb, tiles_n);
-    consumers_sync();
-    const long long row = row0 + cw * 64 + wq * 16 + (lane >> 2);
-    store_fragment<32>(acc, a, bias, has_bias, m, n, row, n0 + (lane & 3) * 2);
+    if (signals) mbar_arrive(smem_addr(&empty_bar[(it - 1) % S]));
+    const int r = cw * 64 + wq * 16 + (lane >> 2), col = (lane & 3) * 2;
+    if (STORE_WARP) {
+      mbar_wait(smem_addr(&c_empty), (i & 1) ^ 1);  // the previous tile has left shared memory
+      stage_fragment(acc, Cs, bias + n0, has_bias, n - n0, r, col);
+      fence_async_shared();                          // the TMA store reads what these stores wrote
+      warpgroup_sync(cw + 1);
+      if (signals) mbar_arrive(smem_addr(&c_full));
+    } else {
+      consumers_sync();  // both warpgroups are done with this tile's A
+      if (ctid == 0) row_block_arrive_wait(ctrl + 1 + rb, tiles_n);
+      consumers_sync();
+      store_fragment<32>(acc, a, bias, has_bias, m, n, row0 + r, n0 + col);
+    }
   }
 #endif
 }

@@ -95,7 +95,7 @@ def test_mma_variants(n, dtype, variant):
 
 
 @torch_gpu
-@pytest.mark.parametrize("variant", ("tma", "wgmma"))
+@pytest.mark.parametrize("variant", sq.HOPPER)
 @pytest.mark.parametrize("transpose", (True, False), ids=("wT", "wN"))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 @pytest.mark.parametrize("n", (8, 64, 264, 1000, 1024, 2048, 4096, 8192))
@@ -109,7 +109,7 @@ def test_hopper(n, dtype, transpose, variant):
 
 
 @torch_gpu
-@pytest.mark.parametrize("variant", ("tma", "wgmma"))
+@pytest.mark.parametrize("variant", sq.HOPPER)
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 def test_hopper_bias(dtype, variant):
     """linear_ with a bias on the Hopper kernels."""
@@ -158,7 +158,7 @@ def test_choose_kernel():
     assert c("float16", "auto", False, True) == "mma256"   # not Hopper
     assert c("float16", "mma128", True, True) == "mma128"
     assert c("float16", "wgmma", True, True) == "wgmma"
-    for variant in ("tma", "wgmma"):
+    for variant in sq.HOPPER:
         with pytest.raises(ValueError, match="compute capability 9.0"):
             c("float16", variant, False, True)
         with pytest.raises(ValueError, match="float16 / bfloat16"):
@@ -417,5 +417,5 @@ def test_plan_and_limits():
     assert sq.max_n(264, 128) == sq.max_n(132, 256) == 33792 >= 8192
     assert sq.mma_smem(128) == 65536 and sq.mma_smem(256) == 98304
     assert sq.tile_cols("float32", "auto") == 128 and sq.tile_cols("float16", "mma128") == 128
-    assert set(sq.VARIANTS) == {"auto", "tma", "wgmma", "mma256", "mma128", "seed"}
+    assert set(sq.VARIANTS) == {"auto", "tma", "tma_direct", "wgmma", "mma256", "mma128", "seed"}
     assert sq.WGMMA_SMEM == 4 * (128 * 64 + 64 * 256) * 2 + 1024

@@ -17,13 +17,16 @@ DTYPES = ("float32", "float16", "bfloat16")
 BM = 128               # rows of a tile (sqmm::BM); columns: 128 (FP32, mma128) or 256 (mma256)
 THREADS = 256
 SEED_MAX_N = 2048      # the seed kernel's 64-entry register buffer x 32 lanes
-# The ladder: "auto" (the default, see choose_kernel), "tma" (Hopper: TMA loads by a producer warp,
-# two consumer warpgroups on wgmma, 128 x 256 tiles), "wgmma" (Hopper warpgroup MMA with cp.async loads by
-# every thread, 128 x 256 tiles, sm_90a), "mma256" (mma.sync, 128 x 256 tiles, one block per SM), "mma128" (mma.sync, 128 x 128 tiles,
-# two blocks per SM), "seed" (the seed article's warp-per-row kernel, n <= 2048).
-VARIANTS = ("auto", "tma", "wgmma", "mma256", "mma128", "seed")
+# The ladder: "auto" (the default, see choose_kernel); on Hopper (sm_90a), 128 x 256 tiles: "tma" (TMA loads
+# by a producer thread, two consumer warpgroups on wgmma, a store warp that waits for the row block and
+# writes the staged tile with TMA stores), "tma_direct" (the same, but the consumers wait and store from
+# registers), "wgmma" (cp.async loads by every thread); "mma256" (mma.sync, 128 x 256 tiles, one block per
+# SM), "mma128" (mma.sync, 128 x 128 tiles, two blocks per SM), "seed" (the seed article's warp-per-row
+# kernel, n <= 2048).
+VARIANTS = ("auto", "tma", "tma_direct", "wgmma", "mma256", "mma128", "seed")
+HOPPER = ("tma", "tma_direct", "wgmma")
 WGMMA_SMEM = 4 * (BM * 64 + 64 * 256) * 2 + 1024  # sqmm90::SMEM
-TMA_SMEM = WGMMA_SMEM                              # sqmm90::TMA_SMEM
+TMA_SMEM = {True: 3 * (BM * 64 + 64 * 256) * 2 + BM * 256 * 2 + 1024, False: WGMMA_SMEM}  # sqmm90::tma_smem
 TMA_THREADS = 384
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -39,7 +42,7 @@ def choose_kernel(dtype: str, variant: str, hopper: bool, aligned: bool, op: str
         if variant != "auto":
             raise ValueError(f"{op}: variant {variant!r} is for float16 / bfloat16 (float32 runs on FP32 SIMT)")
         return "simt"
-    if variant in ("tma", "wgmma"):
+    if variant in HOPPER:
         if not (hopper and aligned):
             raise ValueError(f"{op}: variant {variant!r} needs a compute capability 9.0 device and n % 8 == 0 "
                              f"with 16-byte aligned a and w")
@@ -70,8 +73,8 @@ def wgmma_name(dtype: str, trans: bool) -> str:
     return f"sqmm_wgmma<{CTYPES[dtype]}, {_b(trans)}>"
 
 
-def tma_name(dtype: str, trans: bool) -> str:
-    return f"sqmm_tma<{CTYPES[dtype]}, {_b(trans)}>"
+def tma_name(dtype: str, trans: bool, store_warp: bool = True) -> str:
+    return f"sqmm_tma<{CTYPES[dtype]}, {_b(trans)}, {_b(store_warp)}>"
 
 
 def seed_name(dtype: str, trans: bool) -> str:
@@ -81,7 +84,8 @@ def seed_name(dtype: str, trans: bool) -> str:
 SOURCE.declare([tiled_name(t, tr, al, tbn) for t in DTYPES for tbn in ((128,) if t == "float32" else (256, 128))
                 for tr in (False, True) for al in (True, False)]
                + [seed_name(t, tr) for t in DTYPES for tr in (False, True)])
-SOURCE90.declare([f(t, tr) for f in (tma_name, wgmma_name) for t in ("float16", "bfloat16") for tr in (False, True)])
+SOURCE90.declare([tma_name(t, tr, sw) for sw in (True, False) for t in ("float16", "bfloat16") for tr in (False, True)]
+                 + [wgmma_name(t, tr) for t in ("float16", "bfloat16") for tr in (False, True)])
 
 
 def has_wgmma() -> bool:
@@ -183,10 +187,10 @@ def square_matmul_impl(a, w, transpose=False, bias=None, variant="auto", op="squ
             return a
         aligned = _aligned(dtype, n, a2, wc)  # the bias is read element by element
         kind = choose_kernel(dtype, variant, has_wgmma(), aligned, op)
-        if kind == "tma" and m >= 2 ** 31:
+        if kind.startswith("tma") and m >= 2 ** 31:
             kind = "wgmma"  # TMA row coordinates are 32-bit
-        if kind == "tma":
-            _launch_tma(call, a2, wc, bc, trans, dtype, op)
+        if kind.startswith("tma"):
+            _launch_tma(call, a2, wc, bc, trans, dtype, op, kind == "tma")
         elif kind == "wgmma":
             _launch_wgmma(call, a2, wc, bc, trans, dtype, op)
         else:
@@ -221,13 +225,14 @@ def _launch_wgmma(call, a2, wc, bc, trans, dtype, op):
     _launch(kernel, THREADS, WGMMA_SMEM, geometry, (a2, wc), a2, bc, (np.int32(0),))
 
 
-def _launch_tma(call, a2, wc, bc, trans, dtype, op):
-    kernel = SOURCE90.kernel(tma_name(dtype, trans))
+def _launch_tma(call, a2, wc, bc, trans, dtype, op, store_warp):
+    kernel = SOURCE90.kernel(tma_name(dtype, trans, store_warp))
     m, n = a2.shape
-    geometry = _persistent(call, kernel, TMA_THREADS, TMA_SMEM, 256, a2.shape, op)
+    smem = TMA_SMEM[store_warp]
+    geometry = _persistent(call, kernel, TMA_THREADS, smem, 256, a2.shape, op)
     maps = (tensor_map_2d(a2.data.ptr, m, n, dtype, 64, BM),
             tensor_map_2d(wc.data.ptr, n, n, dtype, 64, 256 if trans else 64))
-    _launch(kernel, TMA_THREADS, TMA_SMEM, geometry, maps + (a2,), a2, bc, by_value=True)
+    _launch(kernel, TMA_THREADS, smem, geometry, maps + (a2,), a2, bc, by_value=True)
 
 
 def _persistent(call, kernel, threads, smem, tbn, shape, op):
