@@ -103,15 +103,19 @@ def main():
 def sweep(timer):
     """tiled vs tf32x3, forward and backward, at the bench's shapes and a few near the auto rule's edges."""
     C = 768
-    print(f"{'B':>4} {'T':>5} {'fwd tiled':>10} {'fwd tf32x3':>10} {'bwd tiled':>10} {'bwd tf32x3':>10}  auto")
-    for B, T in [(384, 64), (96, 256), (32, 768), (24, 1024), (32, 1024), (16, 1536), (12, 2048), (6, 4096),
-                 (64, 256), (31, 768), (16, 768), (8, 768)]:
+    print(f"{'B':>4} {'T':>5} {'fwd tiled':>10} {'fwd tf32x3':>10} {'bwd tiled':>10} {'bwd tf32x3':>10} "
+          f"{'gw tiled':>9} {'gw tf32x3':>9}  auto toeplitz, grad_w")
+    for B, T in [(384, 64), (192, 128), (128, 192), (96, 256), (32, 768), (32, 1024), (16, 1024), (12, 2048),
+                 (16, 768), (12, 768), (8, 768), (4, 768), (1, 768)]:
         w = cupy.random.standard_normal((C, T), dtype=cupy.float32) / np.float32(np.sqrt(T))
         k = cupy.random.standard_normal((B, C, T), dtype=cupy.float32)
         g = cupy.random.standard_normal((B, C, T), dtype=cupy.float32)
         f = [timer(lambda v=v: ck.timex(w, k, variant=v)) for v in ("tiled", "tf32x3")]
         b = [timer(lambda v=v: ck.timex_backward(w, k, g, variant=v)) for v in ("tiled", "tf32x3")]
-        print(f"{B:4d} {T:5d} {f[0]:10.4f} {f[1]:10.4f} {b[0]:10.4f} {b[1]:10.4f}  {tx.tf32x3_auto('float32', B, T)}")
+        st, gw = (C * T, T, 1), cupy.empty((C, T), cupy.float32)
+        gws = [timer(lambda: tx._launch_grad_w("float32", None, k, st, g, st, gw, B, C, T)),
+               timer(lambda: tx._launch_grad_w_tf32x3("float32", k, st, g, st, gw, B, C, T))]
+        print(f"{B:4d} {T:5d} {f[0]:10.4f} {f[1]:10.4f} {b[0]:10.4f} {b[1]:10.4f} {gws[0]:9.4f} {gws[1]:9.4f}  {tx.tf32x3_auto('float32', B, T)} {tx.tf32x3_auto('float32', B, T, 'grad_w')}")
         del w, k, g
 
 

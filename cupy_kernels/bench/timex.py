@@ -58,7 +58,9 @@ def _no_grad(fn):
 def _auto_note(B, T):
     from ..ops.timex import choose_tiled, tf32x3_auto
 
-    return "auto = tf32x3" if tf32x3_auto("float32", B, T) else f"auto = tiled {choose_tiled('float32', B)}"
+    tiled = f"tiled {choose_tiled('float32', B)}"
+    return (f"auto: forward/grad_k {'tf32x3' if tf32x3_auto('float32', B, T) else tiled}, "
+            f"grad_w {'tf32x3' if tf32x3_auto('float32', B, T, 'grad_w') else 'tiled'}")
 
 
 @suite("timex")

@@ -36,9 +36,11 @@ BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
 TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3
 GRAD_W_TF32X3_KC = 16    # K rows per chunk of timex_grad_w_tf32x3 (32 is compiled for the probe)
 BAND = 64                # band tile of timex_grad_w_tf32x3 (TXB)
-# 'auto' runs the tf32x3 kernels for float32 when B >= 32 (they fill their 32-row tile; smaller batches
-# are faster on the SIMT tiles) and T <= 1024 (their error grows with T: ~4e-6 at 768, 2e-5 at 4097).
-TF32X3_AUTO = (32, 1024)  # (min B, max T)
+# 'auto' takes a tf32x3 kernel for float32 where the H200 runs (benchmarks/runs/timex-run3-probe.log, run4)
+# measured it faster and its error stays within float32's 1e-5 (the error grows with T: 5.1e-6 at T = 1024,
+# 1.0e-5 at 2048). The Toeplitz kernel (forward, grad_k) has a 32 x 256 tile: B < 16 or T < 256 leave too much
+# of it idle (B = 8 and T = 64 measured slower); the band grad_w has no batch tile.
+TF32X3_AUTO = {"toeplitz": (16, 256, 1024), "grad_w": (16, 1, 1024)}  # kernel -> (min B, min T, max T)
 SEED_RUNGS = {  # kernel, float32 only; preconditions checked by _seed_check
     "shared": "timex_shared", "float4": "timex_float4", "batch8": "timex_batch8", "balanced": "timex_balanced",
 }
@@ -97,9 +99,10 @@ def choose_tiled(dtype: str, B: int) -> str:
     return min(TILED, key=lambda n: ceil_div(B, tiled_shape(TILED[n])[0]) * tiled_shape(TILED[n])[0] * TILED_COST[n])
 
 
-def tf32x3_auto(dtype: str, B: int, T: int) -> bool:
-    """Whether 'auto' takes the tf32x3 tensor-core kernels (faster there, error within float32's 1e-5)."""
-    return dtype == "float32" and B >= TF32X3_AUTO[0] and T <= TF32X3_AUTO[1]
+def tf32x3_auto(dtype: str, B: int, T: int, kernel: str = "toeplitz") -> bool:
+    """Whether 'auto' takes the tf32x3 tensor-core kernel ('toeplitz': forward and grad_k; 'grad_w')."""
+    b_min, t_min, t_max = TF32X3_AUTO[kernel]
+    return dtype == "float32" and B >= b_min and t_min <= T <= t_max
 
 
 def _cfg(name):
@@ -281,8 +284,8 @@ def timex_backward(w, k, grad_out, *, variant: str = "auto"):
 
     grad_k[b,c,u] = sum_{t>=u} grad_out[b,c,t] w[c,T-1-t+u];
     grad_w[c,T-1-d] = sum_b sum_{t>=d} grad_out[b,c,t] k[b,c,t-d] (reduced over b inside the kernel).
-    Both come C-contiguous in the input dtype. variant: 'auto' (tf32x3 where tf32x3_auto says so, else
-    tiled), 'tiled' (the SIMT kernels), 'tf32x3' (both gradients on the tensor cores in split-precision
+    Both come C-contiguous in the input dtype. variant: 'auto' (each gradient's tf32x3 kernel where
+    tf32x3_auto says so, else tiled), 'tiled' (the SIMT kernels), 'tf32x3' (both gradients on the tensor cores in split-precision
     TF32, float32 only; grad_w through a workspace of ~2*C*T floats) or 'naive'.
     """
     if variant not in BACKWARD_VARIANTS:
@@ -319,13 +322,17 @@ def timex_backward_impl(w, k, grad_out, variant: str = "auto"):
             _launch_naive(f"timex_naive_grad_w<{CTYPES[dtype]}>", C * T,
                           (kc, np.int64(ks[0]), np.int64(ks[1]), gc, np.int64(gs[0]), np.int64(gs[1]), gw,
                            np.int32(B), np.int32(C), np.int32(T)))
-        elif variant == "tf32x3" or (variant == "auto" and tf32x3_auto(dtype, B, T)):
-            _launch_tf32x3(dtype, True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
-            _launch_grad_w_tf32x3(dtype, kc, ks, gc, gs, gw, B, C, T,
-                                  call.empty((C, ceil_div(T, BAND), 2 * BAND), "float32"))
         else:
-            _launch_tiled(dtype, choose_tiled(dtype, B), True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
-            _launch_grad_w(dtype, None, kc, ks, gc, gs, gw, B, C, T)
+            tf = variant == "tf32x3"
+            if tf or (variant == "auto" and tf32x3_auto(dtype, B, T)):
+                _launch_tf32x3(dtype, True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
+            else:
+                _launch_tiled(dtype, choose_tiled(dtype, B), True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
+            if tf or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w")):
+                _launch_grad_w_tf32x3(dtype, kc, ks, gc, gs, gw, B, C, T,
+                                      call.empty((C, ceil_div(T, BAND), 2 * BAND), "float32"))
+            else:
+                _launch_grad_w(dtype, None, kc, ks, gc, gs, gw, B, C, T)
         return call.result(gw), call.result(gk)
 
 
