@@ -36,11 +36,13 @@ BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
 TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3
 GRAD_W_TF32X3_KC = 16    # K rows per chunk of timex_grad_w_tf32x3 (32 is compiled for the probe)
 BAND = 64                # band tile of timex_grad_w_tf32x3 (TXB)
-# 'auto' takes a tf32x3 kernel for float32 where the H200 runs (benchmarks/runs/timex-run3-probe.log, run4)
-# measured it faster and its error stays within float32's 1e-5 (the error grows with T: 5.1e-6 at T = 1024,
-# 1.0e-5 at 2048). The Toeplitz kernel (forward, grad_k) has a 32 x 256 tile: B < 16 or T < 256 leave too much
-# of it idle (B = 8 and T = 64 measured slower); the band grad_w has no batch tile.
-TF32X3_AUTO = {"toeplitz": (16, 256, 1024), "grad_w": (16, 1, 1024)}  # kernel -> (min B, min T, max T)
+# 'auto' takes a tf32x3 kernel for float32 where the H200 runs (benchmarks/runs/timex-run4-probe.log) measured
+# it faster and its error stays within float32's 1e-5. The error grows with the MMA accumulation length: the
+# Toeplitz kernel (forward, grad_k) sums over T (5.1e-6 at T = 1024, 1.0e-5 at 2048), grad_w over B*T/64 rows
+# (5.1e-6 at B*T = 32*2048). The Toeplitz tile is 32 b x 256 t: B < 16 or T < 256 tie or lose (measured);
+# the band grad_w has no batch tile and won at every measured B (1..384).
+TF32X3_TOEPLITZ = (16, 256, 1024)  # min B, min T, max T
+TF32X3_GRAD_W = (2048, 32 * 2048)  # max T, max B*T
 SEED_RUNGS = {  # kernel, float32 only; preconditions checked by _seed_check
     "shared": "timex_shared", "float4": "timex_float4", "batch8": "timex_batch8", "balanced": "timex_balanced",
 }
@@ -101,8 +103,12 @@ def choose_tiled(dtype: str, B: int) -> str:
 
 def tf32x3_auto(dtype: str, B: int, T: int, kernel: str = "toeplitz") -> bool:
     """Whether 'auto' takes the tf32x3 tensor-core kernel ('toeplitz': forward and grad_k; 'grad_w')."""
-    b_min, t_min, t_max = TF32X3_AUTO[kernel]
-    return dtype == "float32" and B >= b_min and t_min <= T <= t_max
+    if dtype != "float32":
+        return False
+    if kernel == "grad_w":
+        return T <= TF32X3_GRAD_W[0] and B * T <= TF32X3_GRAD_W[1]
+    b_min, t_min, t_max = TF32X3_TOEPLITZ
+    return B >= b_min and t_min <= T <= t_max
 
 
 def _cfg(name):
