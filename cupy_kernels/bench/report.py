@@ -46,17 +46,18 @@ def run(ops=None, quick=False, out_dir="benchmarks", progress=True) -> dict:
         except ImportError:
             pass
         for g in groups:
-            times = {}
+            times, host = {}, {}
             for label, fn in g.impls.items():
                 try:
                     times[label] = timer(fn)
+                    host[label] = timer.host_ms
                 except Exception as e:  # a peer that cannot run this case (too large, unsupported)
                     times[label] = None
                     print(f"  {g.op} {g.shape} {g.dtype} {label}: {type(e).__name__}: {str(e)[:120]}")
             ours = times[g.ours]
             for label, ms in times.items():
                 row = dict(suite=name, op=g.op, shape=g.shape, dtype=g.dtype, impl=label, ours=label == g.ours,
-                           ms=ms, note=g.note)
+                           ms=ms, host_ms=host.get(label), note=g.note)
                 if ms:
                     if g.bytes:
                         row["GB/s"] = g.bytes / (ms * 1e-3) / 1e9
