@@ -538,7 +538,7 @@ timex_grad_w(const E* __restrict__ k, long long ksb, long long ksc, const E* __r
   }
 }
 
-// ---- opt-in: split-precision TF32 on the tensor cores (variant "tf32x3", float32 only) -------------
+// ---- tensor cores: split-precision TF32 (variant "tf32x3", float32 only; auto where faster) ---------
 // The tiled product of timex_tiled with mma.sync m16n8k8 TF32 instead of FFMA. Each float32 x is split as
 // x = hi + lo, hi = tf32(x), lo = tf32(x - hi); a*b ~ hi_a*hi_b + hi_a*lo_b + lo_a*hi_b (3 MMAs, float32
 // accumulation): relative error near 1e-6 instead of TF32's 1e-3. A block owns 32 rows b x 256 times t of
@@ -679,7 +679,7 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
       }
 }
 
-// ---- opt-in grad_w on the tensor cores: diagonal bands (variant "tf32x3", float32 only) ------------
+// ---- grad_w on the tensor cores: diagonal bands (variant "tf32x3", float32 only) -------------------
 // grad_f[c,d] = sum_b sum_t' k[b,t'] g[b,t'+d]. Cut t' = p0+i and t = p0+delta+j with p0, delta multiples of
 // 64 and i, j in [0,64): the band sum ACC[i,j] = sum_{b,p0} k[b,p0+i] g[b,p0+delta+j] is a plain 64 x 64
 // GEMM over K = (b, p0), and each pair (t', t >= t') falls in exactly one band, on the diagonal

@@ -170,8 +170,8 @@ def timex(w, k, eps: float = 0.0, *, variant: str = "auto"):
     CuPy arrays or CUDA torch tensors (float32, float16, bfloat16, float64); returns the same kind,
     shape (B, C, T), C-contiguous, in the input dtype (float32 accumulation for half types). Torch
     tensors go through the `cupy_kernels::timex` custom op (autograd runs our backward kernels). `variant`
-    picks a rung of the ladder or the opt-in 'tf32x3' (tensor cores, split-precision TF32, float32 only):
-    see VARIANTS and docs/timex.md.
+    picks a rung of the ladder or 'tf32x3' (tensor cores, split-precision TF32, float32 only; 'auto'
+    takes it where tf32x3_auto says so): see VARIANTS and docs/timex.md.
     """
     if variant not in VARIANTS:
         raise ValueError(f"timex: variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
