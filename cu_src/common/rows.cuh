@@ -42,11 +42,10 @@ template <typename T> struct RowLayout {
 };
 
 // r[p] <- the thread's packs of `src` (a segment start) for p < packs; elements past the segment
-// end get `fill` (a value neutral for the caller's reductions: float, or the accumulator type), so no
-// later pass needs a bounds test.
-template <typename T, int MAXP, typename F>
+// end get `fill` (a value neutral for the caller's reductions), so no later pass needs a bounds test.
+template <typename T, int MAXP>
 __device__ __forceinline__ void load_packs(typename Vec16<T>::type (&r)[MAXP], const T* src, const RowLayout<T>& L,
-                                           F fill) {
+                                           float fill) {
   typedef typename Vec16<T>::type P;
   const T f = cast<T>(fill);
 #pragma unroll
