@@ -12,7 +12,9 @@ from .._runtime import ceil_div
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 ACC = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64"}
 ACC_SCALAR = {"float32": np.float32, "float64": np.float64}
-SUBWARP_BLOCK = 256  # threads per block on the sub-warp path
+SUBWARP_BLOCK = 128  # threads per block on the sub-warp path (one-pass launches: 4-6% faster than 256 on
+                     # 32768x1024 half, equal on 65536x128 f32; benchmarks/notes.md, issue 4)
+PERSISTENT_SUBWARP_BLOCK = 256  # persistent grids (norm backward): one partial row per block
 TARGET_PACKS = 4     # 16-byte packs per thread we aim for: 64 B in flight per thread per tensor
 
 
@@ -95,7 +97,7 @@ def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: i
     target = min(TARGET_PACKS, maxp)
     group = next_pow2(ceil_div(P, target))
     if group <= 32 and force != "block":
-        threads = SUBWARP_BLOCK
+        threads = PERSISTENT_SUBWARP_BLOCK if persistent else SUBWARP_BLOCK
         packs = ceil_div(P, group)
         parts, chunk = 1, n
         gpb = threads // group
