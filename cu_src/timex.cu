@@ -546,11 +546,10 @@ timex_grad_w(const E* __restrict__ k, long long ksb, long long ksc, const E* __r
 // the taps are staged split in shared memory. The B fragment of n-tile j at k-step s reads taps
 // f[t - u] that depend on j - s only (Toeplitz), so a warp loads the 11 distinct fragments once per chunk.
 // Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1. REV as in timex_tiled.
-__device__ __forceinline__ unsigned tf32_hi(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
+// cvt.rna.tf32.f32's rounding (to nearest, ties away) as integer ops: 2 instructions where ptxas emits ~4
+// for the cvt (it adds an Inf/NaN test); bit-identical for finite x, and NaN/Inf inputs still give a NaN/Inf
+// product (hi or lo keeps them).
+__device__ __forceinline__ unsigned tf32_hi(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 
 __device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1) {
   asm volatile(
@@ -817,6 +816,177 @@ timex_grad_w_tf32x3(const float* __restrict__ k, long long ksb, long long ksc, c
     float s = 0.f;
     for (int i = max(0, -e); i < min(TXB, TXB - e); ++i) s += at[i * SA + i + e];
     ws[((long long)c * nt + band) * (2 * TXB) + threadIdx.x] = s;
+  }
+}
+
+// ---- grad_w on the tensor cores, fragment-order staging (the tf32x3 default) ----------------------
+// The band GEMMs of timex_grad_w_tf32x3, with shared memory laid out in the order the MMA fragments are
+// read, so every fragment is one 16-byte load straight into the registers the HMMA takes (the kernel above
+// gathers its fragments from two loads each: ptxas then spends ~6 register moves per HMMA). K rows go in
+// pairs (kp): MMA k index tig <-> row 2kp, tig+4 <-> row 2kp+1. A (k values, i): MMA row grp of m-tile m
+// <-> i = 16m + 2grp, row grp+8 <-> i+1, stored [kp][i/2][h][i%2] (h = row parity): a0..a3 in one uint4.
+// B (g values, j): n-tile pair q, column grp <-> j = 16q + 2grp + e (e = tile of the pair), stored
+// [kp][j/2][j%2][h]: b0, b1 of both tiles in one uint4. Rows of 136 (+8 floats): conflict-free.
+// NB bands per block (delta = 64*band0 .. 64*(band0+NB-1)): the k fragments feed NB x as many MMAs and the
+// staging of k is shared; the K rows are those of band0 (the later band's extra row block is zeros).
+// Warp (wm, wn) owns i in [32wm, 32wm+32) x j in [32NB wn, 32NB (wn+1)). A thread stages rows 2(tid/16) and
+// 2(tid/16)+1 of each 16-row chunk (one (b, p) counter pair each, no divisions in the loop).
+// VEC: 2-element global loads (T, strides and pointers even). Writes ws as timex_grad_w_tf32x3 does.
+// Launch: 1-D grid of C*ceil(ceil(T/64)/NB) blocks of 128; any B, C, T >= 1 (B*ceil(T/64) < 2^31).
+template <int NB, bool VEC>
+__global__ void __launch_bounds__(TX_THREADS, NB == 1 ? 4 : 3)
+timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, const float* __restrict__ g,
+                  long long gsb, long long gsc, float* __restrict__ ws, int B, int C, int T) {
+  constexpr int KC = 16, KP = KC / 2;             // K rows per chunk, row pairs
+  constexpr int SA = TXB * 2 + 8, SB = TXB * NB * 2 + 8;  // floats per row pair (2 rows + pad)
+  constexpr int NA = TXB / 2 / 16, NG = TXB * NB / 2 / 16;  // 2-column groups per thread per row
+  constexpr int SE = TXB + 1;                     // epilogue tile row
+  constexpr int STAGE = 2 * KP * (SA + SB), EPI = NB * TXB * SE;
+  __shared__ __align__(16) float sm[STAGE > EPI ? STAGE : EPI];
+  float* const ahi = sm;
+  float* const alo = ahi + KP * SA;
+  float* const bhi = alo + KP * SA;
+  float* const blo = bhi + KP * SB;
+
+  const int nt = (T + TXB - 1) / TXB, npair = (nt + NB - 1) / NB;
+  const long long bid = blockIdx.x;
+  const long long group = bid / ((long long)TX_GROUP * npair);
+  const int gsz = (int)min((long long)TX_GROUP, C - group * TX_GROUP);
+  const int r_in = (int)(bid - group * TX_GROUP * npair);
+  const int c = (int)(group * TX_GROUP) + r_in % gsz;
+  const int band0 = (r_in / gsz) * NB;             // the long bands first
+  const int np = nt - band0;                       // tiles p with p*64 + delta0 < T
+  const int nchunks = (B * np + KC - 1) / KC;
+  const float* k0 = k + (long long)c * ksc;
+  const float* g0 = g + (long long)c * gsc + band0 * TXB;
+  const int glim = T - band0 * TXB;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int wm = warp >> 1, wn = warp & 1;
+  const int kp = threadIdx.x >> 4, col = threadIdx.x & 15;  // this thread's staging: row pair, column group
+
+  float acc[2][4 * NB][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < 4 * NB; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+
+  int rb[2], rp[2];  // (b, p) of the thread's two rows in the current chunk
+#pragma unroll
+  for (int h = 0; h < 2; ++h) rb[h] = (2 * kp + h) / np, rp[h] = (2 * kp + h) % np;
+  float pa[2][NA][2], pg[2][NG][2];  // [row][group][2 columns]
+  auto load2 = [&](float* dst, const float* row, int t, int lim) {  // row[t], row[t+1], zeros at >= lim
+    if constexpr (VEC) {
+      float2 v = make_float2(0.f, 0.f);
+      if (t < lim) v = *reinterpret_cast<const float2*>(row + t);
+      dst[0] = v.x, dst[1] = v.y;
+    } else {
+      dst[0] = t < lim ? row[t] : 0.f;
+      dst[1] = t + 1 < lim ? row[t + 1] : 0.f;
+    }
+  };
+  auto fetch = [&]() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const bool ok = rb[h] < B;
+      const float* kr = k0 + (long long)rb[h] * ksb + rp[h] * TXB;
+      const float* gr = g0 + (long long)rb[h] * gsb + rp[h] * TXB;
+      const int klim = ok ? T - rp[h] * TXB : 0, glim_r = ok ? glim - rp[h] * TXB : 0;
+#pragma unroll
+      for (int s = 0; s < NA; ++s) load2(pa[h][s], kr, 2 * (col + 16 * s), klim);
+#pragma unroll
+      for (int s = 0; s < NG; ++s) load2(pg[h][s], gr, 2 * (col + 16 * s), glim_r);
+      rp[h] += KC;  // the next chunk's row
+      while (rp[h] >= np) rp[h] -= np, ++rb[h];
+    }
+  };
+  auto split = [](float x, unsigned& lo) {
+    const unsigned hi = tf32_hi(x);
+    lo = tf32_hi(x - __uint_as_float(hi));
+    return hi;
+  };
+
+  if (nchunks > 0) fetch();
+  for (int ch = 0; ch < nchunks; ++ch) {
+    __syncthreads();  // the previous chunk's fragments are read
+#pragma unroll
+    for (int s = 0; s < NA; ++s) {  // A: (i even, h0), (i odd, h0), (i even, h1), (i odd, h1)
+      uint4 hv, lv;
+      hv.x = split(pa[0][s][0], lv.x), hv.y = split(pa[0][s][1], lv.y);
+      hv.z = split(pa[1][s][0], lv.z), hv.w = split(pa[1][s][1], lv.w);
+      const int o = kp * SA + 4 * (col + 16 * s);
+      *reinterpret_cast<uint4*>(ahi + o) = hv;
+      *reinterpret_cast<uint4*>(alo + o) = lv;
+    }
+#pragma unroll
+    for (int s = 0; s < NG; ++s) {  // B: (j even, h0), (j even, h1), (j odd, h0), (j odd, h1)
+      uint4 hv, lv;
+      hv.x = split(pg[0][s][0], lv.x), hv.y = split(pg[1][s][0], lv.y);
+      hv.z = split(pg[0][s][1], lv.z), hv.w = split(pg[1][s][1], lv.w);
+      const int o = kp * SB + 4 * (col + 16 * s);
+      *reinterpret_cast<uint4*>(bhi + o) = hv;
+      *reinterpret_cast<uint4*>(blo + o) = lv;
+    }
+    __syncthreads();
+    if (ch + 1 < nchunks) fetch();  // in flight while this chunk is multiplied
+#pragma unroll
+    for (int st = 0; st < KC / 8; ++st) {
+      const int q = 4 * st + tig;  // row pair of this k-step's fragments
+      uint4 ah[2], al[2], bh[2 * NB], bl[2 * NB];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int o = q * SA + 4 * (8 * (2 * wm + mt) + grp);
+        ah[mt] = *reinterpret_cast<const uint4*>(ahi + o);
+        al[mt] = *reinterpret_cast<const uint4*>(alo + o);
+      }
+#pragma unroll
+      for (int p = 0; p < 2 * NB; ++p) {
+        const int o = q * SB + 4 * (16 * NB * wn + 8 * p + grp);
+        bh[p] = *reinterpret_cast<const uint4*>(bhi + o);
+        bl[p] = *reinterpret_cast<const uint4*>(blo + o);
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int n = 0; n < 4 * NB; ++n) {  // n-tile n = pair n/2, tile n%2: b0, b1 = (x, y) or (z, w)
+          const unsigned* a_h = &ah[mt].x;
+          const unsigned* a_l = &al[mt].x;
+          const unsigned* b_h = &bh[n / 2].x + 2 * (n % 2);
+          const unsigned* b_l = &bl[n / 2].x + 2 * (n % 2);
+          mma_tf32(acc[mt][n], a_l, b_h[0], b_h[1]);
+          mma_tf32(acc[mt][n], a_h, b_l[0], b_l[1]);
+          mma_tf32(acc[mt][n], a_h, b_h[0], b_h[1]);
+        }
+    }
+  }
+
+  // Diagonal sums per band: accumulators to shared memory ([band][i][j - 64 band]), then thread x sums
+  // diagonal j - i = x - 63 of every band, i ascending (fixed order).
+  __syncthreads();
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int n = 0; n < 4 * NB; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int i = 16 * (2 * wm + mt) + 2 * grp + (x >> 1);
+        const int j = 32 * NB * wn + 16 * (n / 2) + 4 * tig + 2 * (x & 1) + n % 2;
+        sm[(j / TXB) * TXB * SE + i * SE + j % TXB] = acc[mt][n][x];
+      }
+  __syncthreads();
+  const int e = (int)threadIdx.x - (TXB - 1);
+  if (e < TXB) {
+    float s[NB];
+#pragma unroll
+    for (int bb = 0; bb < NB; ++bb) s[bb] = 0.f;
+    for (int i = max(0, -e); i < min(TXB, TXB - e); ++i)
+#pragma unroll
+      for (int bb = 0; bb < NB; ++bb) s[bb] += sm[bb * TXB * SE + i * SE + i + e];
+#pragma unroll
+    for (int bb = 0; bb < NB; ++bb)
+      if (band0 + bb < nt) ws[((long long)c * nt + band0 + bb) * (2 * TXB) + threadIdx.x] = s[bb];
   }
 }
 

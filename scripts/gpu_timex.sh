@@ -14,7 +14,7 @@ timeout 120 python3 -m cupy_kernels bench --op timex --out "$OUT" > "$OUT/bench.
 echo "bench rc=$?"; grep -v "^\s*$" "$OUT/bench.log" | tail -45
 # Hardware counters of the auto (tf32x3: forward, grad_k, grad_w + combine) and tiled kernels at B=32 C=768 T=768 (one launch each).
 timeout 30 ncu --clock-control none --kernel-name regex:timex_ --launch-count 7 \
-  --section SpeedOfLight --section WarpStateStats --section Occupancy \
+  --section SpeedOfLight --section WarpStateStats --section Occupancy --section ComputeWorkloadAnalysis \
   python3 -c "import cupy, cupy_kernels as ck; w = cupy.random.standard_normal((768, 768), dtype=cupy.float32); \
 k = cupy.random.standard_normal((32, 768, 768), dtype=cupy.float32); ck.timex(w, k); ck.timex_backward(w, k, k); \
 ck.timex(w, k, variant='tiled'); ck.timex_backward(w, k, k, variant='tiled'); cupy.cuda.Device().synchronize()" > "$OUT/ncu.txt" 2>&1

@@ -70,7 +70,7 @@ def main():
     for cfg in tx.PROBE_GRAD_W:
         tx._launch_grad_w("float32", cfg, k, strides, g, strides, gw, B, C, T)
         print(f"check grad_w {cfg}: rel err {np.linalg.norm(cupy.asnumpy(gw) - rgw) / np.linalg.norm(rgw):.2e}")
-    for chunk in (16, 32):
+    for chunk in tx.GRAD_W_TF32X3_ALL:
         for vec in (False, True):
             rows.append((f"grad_w tf32x3 KC={chunk} vec={vec}", timer(
                 lambda: tx._launch_grad_w_tf32x3("float32", k, strides, g, strides, gw, B, C, T, chunk=chunk,

@@ -101,6 +101,20 @@ def test_tf32x3_fragment_maps_emulated(shape):
     assert rel_err(emu.tf32x3(w, k, 0.0, True), rgk) < 1e-13
 
 
+@pytest.mark.parametrize("nb", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 37), (5, 2, 130), (2, 1, 64), (3, 17, 65), (1, 1, 200),
+                                   (4, 1, 257)])
+def test_grad_w_frag_emulated(shape, nb):
+    """The fragment-order grad_w (timex_grad_w_frag<NB>): row-pair staging, (b, p) counters (np < 16 and
+    B*np not a multiple of 16), both bands' fragment maps and diagonal sums, an odd number of bands."""
+    import timex_emulate as emu
+
+    r = rng()
+    B, C, T = shape
+    w, k, g = r.standard_normal((C, T)), r.standard_normal(shape), r.standard_normal(shape)
+    assert rel_err(emu.grad_w_frag(k, g, nb), tx.reference_backward(w, k, g)[0]) < 1e-13
+
+
 @pytest.mark.parametrize("chunk", [16, 32])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 37), (5, 2, 130), (2, 1, 64), (3, 17, 65)])
 def test_grad_w_tf32x3_bands_emulated(shape, chunk):
@@ -314,15 +328,18 @@ def test_auto_tf32x3_keeps_float32_accuracy(shape, poison):
 
 
 @gpu
-@pytest.mark.parametrize("chunk", [16, 32])
+@pytest.mark.parametrize("chunk", tx.GRAD_W_TF32X3_ALL)
 @pytest.mark.parametrize("vec", [False, True])
 def test_grad_w_tf32x3_chunks_and_loads(chunk, vec):
-    """Both compiled chunk sizes, scalar and 4-wide loads; workspace and output NaN-poisoned; the result
-    bit-identical on a second run (no atomics)."""
+    """Every compiled tf32x3 grad_w (frag2, frag1, the band kernel with 16 / 32-row chunks), scalar and
+    vector loads; workspace and output NaN-poisoned; the result bit-identical on a second run (no atomics)."""
     import cupy
 
     r = rng()
-    for B, C, T in [(1, 1, 4), (9, 2, 132), (17, 3, 1000), (32, 2, 768), (3, 1, 5000), (2, 18, 64)]:
+    shapes = [(1, 1, 4), (9, 2, 132), (17, 3, 1000), (32, 2, 768), (3, 1, 5000), (2, 18, 64), (64, 2, 256)]
+    if not vec:  # odd T, T = 1, fewer K rows than a chunk
+        shapes += [(5, 2, 131), (1, 3, 1), (40, 1, 3), (2, 17, 701)]
+    for B, C, T in shapes:
         w, k, g = r.standard_normal((C, T)), r.standard_normal((B, C, T)), r.standard_normal((B, C, T))
         kd, gd = cupy_array(k, "float32"), cupy_array(g, "float32")
         runs = []

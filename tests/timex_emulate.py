@@ -236,6 +236,90 @@ def grad_w_tf32x3(k, g, KC=16, group=16):
         for tid in range(2 * TB - 1):
             e = tid - (TB - 1)
             ws[c, band, tid] = sum(at[i * SA + i + e] for i in range(max(0, -e), min(TB, TB - e)))
+    return _combine_bands(ws, C, T, TB, nt)
+
+
+def grad_w_frag(k, g, NB=2, group=16):
+    """timex_grad_w_frag<NB, VEC> + timex_grad_w_bands: fragment-order staging (row pairs, per-thread (b, p)
+    counters), NB bands per block, diagonal sums per band, then the two-band combine (exact products)."""
+    B, C, T = k.shape
+    TB, KC, KP, SE = 64, 16, 8, 65
+    SA, SB = 2 * TB + 8, 2 * TB * NB + 8
+    nt = -(-T // TB)
+    npair = -(-nt // NB)
+    ws = np.full((C, nt, 2 * TB), np.nan)
+    for bid in range(C * npair):
+        grp_ = bid // (group * npair)
+        gsz = min(group, C - grp_ * group)
+        r_in = bid - grp_ * group * npair
+        c, band0 = grp_ * group + r_in % gsz, (r_in // gsz) * NB
+        np_ = nt - band0
+        nchunks = -(-(B * np_) // KC)
+        ctr = {tid: [[(2 * (tid >> 4) + h) // np_, (2 * (tid >> 4) + h) % np_] for h in range(2)]
+               for tid in range(THREADS)}
+        acc = np.zeros((4, 32, 2, 4 * NB, 4))
+        for ch in range(nchunks):
+            ahi, bhi = np.full(KP * SA, np.nan), np.full(KP * SB, np.nan)
+            for tid in range(THREADS):
+                kp, col = tid >> 4, tid & 15
+                vals = []
+                for h in range(2):
+                    b, p = ctr[tid][h]
+                    kr = [k[b, c, p * TB + t] if b < B and p * TB + t < T else 0.0 for t in range(TB)]
+                    gr = [g[b, c, band0 * TB + p * TB + t] if b < B and band0 * TB + p * TB + t < T else 0.0
+                          for t in range(TB * NB)]
+                    vals.append((kr, gr))
+                    p += KC
+                    while p >= np_:
+                        p -= np_
+                        b += 1
+                    ctr[tid][h] = [b, p]
+                for s in range(TB // 2 // 16):
+                    i = 2 * (col + 16 * s)
+                    o = kp * SA + 4 * (col + 16 * s)
+                    ahi[o: o + 4] = [vals[0][0][i], vals[0][0][i + 1], vals[1][0][i], vals[1][0][i + 1]]
+                for s in range(TB * NB // 2 // 16):
+                    j = 2 * (col + 16 * s)
+                    o = kp * SB + 4 * (col + 16 * s)
+                    bhi[o: o + 4] = [vals[0][1][j], vals[1][1][j], vals[0][1][j + 1], vals[1][1][j + 1]]
+            for warp in range(4):
+                wm, wn = warp >> 1, warp & 1
+                for st in range(KC // 8):
+                    af, bf = np.zeros((32, 2, 4)), np.zeros((32, 4 * NB, 2))
+                    for lane in range(32):
+                        grp, tig = lane >> 2, lane & 3
+                        q = 4 * st + tig
+                        for mt in range(2):
+                            o = q * SA + 4 * (8 * (2 * wm + mt) + grp)
+                            af[lane, mt] = ahi[o: o + 4]
+                        for n in range(4 * NB):
+                            o = q * SB + 4 * (16 * NB * wn + 8 * (n // 2) + grp) + 2 * (n % 2)
+                            bf[lane, n] = bhi[o: o + 2]
+                    for mt in range(2):
+                        for n in range(4 * NB):
+                            _mma(acc[warp, :, mt, n], af[:, mt], bf[:, n])
+        at = np.full(NB * TB * SE, np.nan)
+        for warp in range(4):
+            wm, wn = warp >> 1, warp & 1
+            for lane in range(32):
+                grp, tig = lane >> 2, lane & 3
+                for mt in range(2):
+                    for n in range(4 * NB):
+                        for x in range(4):
+                            i = 16 * (2 * wm + mt) + 2 * grp + (x >> 1)
+                            j = 32 * NB * wn + 16 * (n // 2) + 4 * tig + 2 * (x & 1) + n % 2
+                            at[(j // TB) * TB * SE + i * SE + j % TB] = acc[warp, lane, mt, n, x]
+        for tid in range(2 * TB - 1):
+            e = tid - (TB - 1)
+            for bb in range(NB):
+                if band0 + bb < nt:
+                    ws[c, band0 + bb, tid] = sum(at[bb * TB * SE + i * SE + i + e]
+                                                 for i in range(max(0, -e), min(TB, TB - e)))
+    return _combine_bands(ws, C, T, TB, nt)
+
+
+def _combine_bands(ws, C, T, TB, nt):
+    """timex_grad_w_bands: lag d = 64L + r is diagonal r of band L plus diagonal r - 64 of band L+1."""
     gw = np.full((C, T), np.nan)
     for c in range(C):
         for jj in range(T):

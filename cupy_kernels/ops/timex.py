@@ -34,7 +34,9 @@ VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "nai
 LADDER = ("naive", "shared", "float4", "batch8", "balanced")  # the seed's rungs, in order
 BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
 TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3
-GRAD_W_TF32X3_KC = 16    # K rows per chunk of timex_grad_w_tf32x3 (32 is compiled for the probe)
+GRAD_W_TF32X3 = "frag2"   # tf32x3 grad_w kernel: timex_grad_w_frag<2> (frag1, and the first band kernel
+                         # timex_grad_w_tf32x3 with 16 / 32 K rows per chunk, are compiled for the probe)
+GRAD_W_TF32X3_ALL = ("frag2", "frag1", 16, 32)
 BAND = 64                # band tile of timex_grad_w_tf32x3 (TXB)
 # 'auto' takes a tf32x3 kernel for float32 where the H200 runs (benchmarks/runs/timex-run4-probe.log) measured
 # it faster and its error stays within float32's 1e-5. The error grows with the MMA accumulation length: the
@@ -63,7 +65,12 @@ def _grad_w_name(dtype, cfg=None, vec=False):
 
 
 def _grad_w_tf32x3_name(chunk=None, vec=False):
-    return f"timex_grad_w_tf32x3<{chunk or GRAD_W_TF32X3_KC}, {_b(vec)}>"
+    """chunk: None (the default kernel), 'frag1' / 'frag2' (fragment-order staging, 1 or 2 bands per block),
+    or 16 / 32 (the first band kernel's K rows per chunk)."""
+    chunk = chunk or GRAD_W_TF32X3
+    if isinstance(chunk, str):
+        return f"timex_grad_w_frag<{chunk[len('frag'):]}, {_b(vec)}>"
+    return f"timex_grad_w_tf32x3<{chunk}, {_b(vec)}>"
 
 
 def _declare():
@@ -73,7 +80,7 @@ def _declare():
                   f"timex_naive_grad_w<{CTYPES[dt]}>"]
     names += list(SEED_RUNGS.values())
     names += ["timex_tf32x3<false>", "timex_tf32x3<true>", "timex_grad_w_bands"]
-    names += [_grad_w_tf32x3_name(kc, vec) for kc in (16, 32) for vec in (False, True)]
+    names += [_grad_w_tf32x3_name(kc, vec) for kc in GRAD_W_TF32X3_ALL for vec in (False, True)]
     for dt in FLOAT_DTYPES:
         cfgs = [TILED_F64[1]] if dt == "float64" else list(TILED.values())
         for cfg in cfgs:
@@ -342,9 +349,13 @@ def timex_backward_impl(w, k, grad_out, variant: str = "auto"):
         return call.result(gw), call.result(gk)
 
 
+def _aligned(arr, strides, n):
+    """Whether rows of `arr` start on n-element boundaries (n-element vector loads are safe)."""
+    return arr.data.ptr % (n * arr.dtype.itemsize) == 0 and all(s % n == 0 for s in strides[:-1])
+
+
 def _aligned4(arr, strides):
-    """Whether rows of `arr` start on 4-element boundaries (4-element vector loads are safe)."""
-    return arr.data.ptr % (4 * arr.dtype.itemsize) == 0 and all(s % 4 == 0 for s in strides[:-1])
+    return _aligned(arr, strides, 4)
 
 
 def _launch_grad_w(dtype, cfg, k, ks, g, gs, gw, B, C, T, vec=None):
@@ -372,10 +383,13 @@ def _launch_grad_w_tf32x3(dtype, k, ks, g, gs, gw, B, C, T, ws=None, chunk=None,
                          f"'tf32x3'; got B = {B}, C = {C}, T = {T}")
     if ws is None:
         ws = cupy.empty((C, nt, 2 * BAND), cupy.float32)
-    if vec is None:
-        vec = T % 4 == 0 and _aligned4(k, ks) and _aligned4(g, gs)
+    chunk = chunk or GRAD_W_TF32X3
+    nb = int(chunk[len("frag"):]) if isinstance(chunk, str) else 1  # bands per block
+    if vec is None:  # the frag kernels load 2 elements at a time, the first band kernel 4
+        step = 2 if isinstance(chunk, str) else 4
+        vec = T % step == 0 and _aligned(k, ks, step) and _aligned(g, gs, step)
     SOURCE.kernel(_grad_w_tf32x3_name(chunk, vec))(
-        (C * nt,), (THREADS,), (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), ws,
+        (C * ceil_div(nt, nb),), (THREADS,), (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), ws,
                                 np.int32(B), np.int32(C), np.int32(T)))
     _launch_naive("timex_grad_w_bands", C * T, (ws, gw, np.int32(C), np.int32(T)))
 
