@@ -33,14 +33,14 @@ __device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& 
 // segment b % parts of rows (b / parts) * groups + group + k * (grid / parts) * groups. Any row count
 // (64-bit), n <= parts * packs * G * V. With parts > 1: phase 0 needs the grid co-resident, phases 1
 // then 2 are two launches of any grid (see row_parts).
-template <typename T, int MODE>
+// MAXP: FwdPacks, or 8 for float32 sub-warp rows (G halves: 128 B in flight per thread).
+template <typename T, int MODE, int MAXP>
 __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* x, T* y, long long rows, long long n, long long chunk,
                                                      int G, int packs, int parts, int aligned, int phase,
                                                      int* sync, typename AccOf<T>::type* slots) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
-  constexpr int MAXP = FwdPacks<T>::value;
   __shared__ A scratch[32];
   const int gpb = blockDim.x / G, gi = threadIdx.x / G;
   const int part = blockIdx.x % parts;
@@ -94,12 +94,14 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
 // Backward from the output y and its gradient dy (dx may be dy):
 //   softmax:     dx = y * (dy - sum(dy * y))
 //   log_softmax: dx = dy - exp(y) * sum(dy)
-// Launch and limits as softmax_fwd, with MAXP packs per thread.
+// Launch and limits as softmax_fwd, with MAXP packs per thread. With `stage` (aligned rows, a grid of
+// resident blocks looping over rows): dynamic shared memory of 2 * packs * blockDim.x packs holds the
+// next row's y and dy, copied (cp.async) while this row is reduced, exchanged and written.
 template <typename T, int MODE>
 __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const T* __restrict__ y, const T* dy, T* dx, long long rows,
                                                      long long n, long long chunk, int G, int packs, int parts,
                                                      int aligned, int phase, int* sync,
-                                                     typename AccOf<T>::type* slots) {
+                                                     typename AccOf<T>::type* slots, int stage) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
@@ -111,11 +113,35 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
   const unsigned mask = group_mask(G);
-  for (long long row = rg * gpb + gi; row < rows; row += nrg * gpb) {
+  extern __shared__ int4 staged[];
+  P* const sy = reinterpret_cast<P*>(staged);
+  P* const sd = sy + packs * blockDim.x;
+  const long long step = nrg * gpb;
+  long long row = rg * gpb + gi;
+  stage = stage && sizeof(T) < 8;  // float64 never stages (its registers would grow past 2 blocks per SM)
+  if (stage && row < rows) {
+    stage_packs<T, MAXP>(sy, y + row * n + begin, L);
+    stage_packs<T, MAXP>(sd, dy + row * n + begin, L);
+  }
+  cp_async_commit();
+  for (; row < rows; row += step) {
     const long long off = row * n + begin;
     P ry[MAXP], rd[MAXP];
-    load_packs<T, MAXP>(ry, y + off, L, 0.f);
-    load_packs<T, MAXP>(rd, dy + off, L, 0.f);
+    if (stage) {
+      cp_async_wait<0>();
+      unstage_packs<T, MAXP>(ry, sy, L, 0.f);
+      unstage_packs<T, MAXP>(rd, sd, L, 0.f);
+      opaque<T, MAXP>(ry);  // the slots are read into registers before the next copies overwrite them
+      opaque<T, MAXP>(rd);
+      if (row + step < rows) {
+        stage_packs<T, MAXP>(sy, y + off + step * n, L);
+        stage_packs<T, MAXP>(sd, dy + off + step * n, L);
+      }
+      cp_async_commit();
+    } else {
+      load_packs<T, MAXP>(ry, y + off, L, 0.f);
+      load_packs<T, MAXP>(rd, dy + off, L, 0.f);
+    }
     A c = A(0);
 #pragma unroll
     for (int p = 0; p < MAXP; ++p)

@@ -79,6 +79,32 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// The next row's packs, copied asynchronously while the current row is reduced, exchanged and
+// written (rows then overlap within a block). Slot p of thread t is stage[p * blockDim.x + t]: a warp's
+// 16-byte accesses are contiguous (no bank conflicts), and a thread reads back only its own slots, so
+// no barrier is needed. Aligned segments only; unstage_packs fills what stage_packs skipped.
+template <typename T, int MAXP>
+__device__ __forceinline__ void stage_packs(typename Vec16<T>::type* stage, const T* src, const RowLayout<T>& L) {
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p)
+    if (p < L.packs && L.at(p) < L.len) cp_async16(stage + p * blockDim.x + threadIdx.x, src + L.at(p));
+}
+template <typename T, int MAXP>
+__device__ __forceinline__ void unstage_packs(typename Vec16<T>::type (&r)[MAXP], const typename Vec16<T>::type* stage,
+                                              const RowLayout<T>& L, float fill) {
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p) {
+    if (p < L.packs) {
+      if (L.at(p) < L.len) {
+        r[p] = stage[p * blockDim.x + threadIdx.x];
+      } else {
+#pragma unroll
+        for (int e = 0; e < L.V; ++e) r[p].v[e] = cast<T>(fill);
+      }
+    }
+  }
+}
+
 // cp_async_wait<n>() for a run-time n <= MAX.
 template <int MAX>
 __device__ __forceinline__ void cp_async_wait_dyn(int n) {

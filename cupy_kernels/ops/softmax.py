@@ -13,11 +13,31 @@ VARIANTS = ("auto", "block", "scalar", "split", "exchange", "counter")  # the la
 COUNTER_EXCHANGE = {"fwd": False, "bwd": False}  # one-launch long rows: tagged words (False) or counters
 
 
-def _name(kind: str, dtype: str, mode: str) -> str:
-    return f"softmax_{kind}<{CTYPES[dtype]}, {MODES[mode]}>"
+# Backward: stage the next row's y and dy in shared memory (cp.async) on these paths ("block",
+# "multiblock", "subwarp"), where it fits STAGE_MAX_BYTES per block (the default 48 KB window, less the
+# static scratch and exchange copy).
+STAGE_BWD = ("block", "multiblock")
+STAGE_MAX_BYTES = 40 * 1024
+FWD_WIDE_PACKS = 8  # float32 sub-warp rows: packs per thread of the wide forward instance (0: off)
 
 
-SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES])
+def _name(kind: str, dtype: str, mode: str, packs: int | None = None) -> str:
+    if kind == "fwd":
+        return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}, {packs or rw.fwd_maxp(dtype)}>"
+    return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}>"
+
+
+SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
+               + [_name("fwd", "float32", m, 8) for m in MODES])
+
+
+def _wide_fwd(dtype: str, n: int, variant: str) -> int:
+    """Packs per thread of the forward instance for this row: FWD_WIDE_PACKS for float32 rows that take the
+    sub-warp path (short rows: more bytes in flight per thread, half the group), else FwdPacks."""
+    if (FWD_WIDE_PACKS and dtype == "float32" and variant == "auto"
+            and -(-n // rw.vec(dtype)) <= 32 * rw.TARGET_PACKS):
+        return FWD_WIDE_PACKS
+    return rw.fwd_maxp(dtype)
 
 
 def _detach(x):
@@ -35,20 +55,33 @@ def threads_of(kind: str, dtype: str, n: int | None = None) -> int:
     return rw.fwd_threads(dtype, n) if kind == "fwd" else BWD_THREADS
 
 
+def stage_bytes(dtype: str, threads: int) -> int:
+    """Dynamic shared memory of softmax_bwd's staged next row: y and dy, packs * threads 16-byte slots each."""
+    return 2 * rw.maxp(dtype) * threads * 16
+
+
 def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
-    name = _name(kind, dtype, mode)
+    wide = _wide_fwd(dtype, n, variant) if kind == "fwd" else 0
+    name = _name(kind, dtype, mode, wide)
     kernel = SOURCE.kernel(name)
-    p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype), threads_of(kind, dtype, n),
-                current().sm_count, force=variant if variant == "block" else None,
-                occupancy=rw.occupancy(kernel, name),
-                long_rows="exchange" if variant == "counter" else variant if variant in ("split", "exchange") else None)
-    counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE[kind])
+    long_rows = "exchange" if variant == "counter" else variant if variant in ("split", "exchange") else None
     al = 0 if variant == "scalar" else rw.aligned(n, dtype, *srcs, out)
+    args = dict(force=variant if variant == "block" else None, long_rows=long_rows)
+    p = rw.plan(rows, n, dtype, wide if kind == "fwd" else rw.maxp(dtype), threads_of(kind, dtype, n),
+                current().sm_count, occupancy=rw.occupancy(kernel, name),
+                target_packs=wide if wide != rw.fwd_maxp(dtype) else None, **args)
+    stage = kind == "bwd" and dtype != "float64" and al and p.path in STAGE_BWD and stage_bytes(dtype, p.threads) <= STAGE_MAX_BYTES
+    smem = stage_bytes(dtype, p.threads) if stage else 0
+    if stage:  # a resident grid that loops over rows, so each block has a next row to stage
+        p = rw.plan(rows, n, dtype, rw.maxp(dtype), threads_of(kind, dtype, n), current().sm_count, persistent=True,
+                    occupancy=rw.occupancy(kernel, name, lambda t: stage_bytes(dtype, t)), **args)
+    counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE[kind])
     sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
+    extra = (np.int32(1 if stage else 0),) if kind == "bwd" else ()
     for phase in rw.phases(p, counter):
         kernel((p.grid,), (p.threads,),
                (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs),
-                np.int32(p.parts), np.int32(al), np.int32(phase), sync, slots))
+                np.int32(p.parts), np.int32(al), np.int32(phase), sync, slots, *extra), shared_mem=smem)
     return p
 
 
