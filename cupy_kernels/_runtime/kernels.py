@@ -27,6 +27,7 @@ class KernelSource:
         self.options = tuple(options)
         self.names: list[str] = []
         self._modules: dict[int, object] = {}
+        self._kernels: dict[tuple, object] = {}
         self._lock = threading.Lock()
         KernelSource.registry[filename] = self
 
@@ -62,9 +63,16 @@ class KernelSource:
         return mod
 
     def kernel(self, name: str):
-        if name not in self.names:
-            raise KeyError(f"cu_src/{self.filename}: kernel {name!r} was not declared by its ops module")
-        return self.module().get_function(name)
+        """The loaded kernel, one object per (device, name): get_function makes a new one each call."""
+        import cupy
+
+        key = (cupy.cuda.Device().id, name)
+        k = self._kernels.get(key)
+        if k is None:
+            if name not in self.names:
+                raise KeyError(f"cu_src/{self.filename}: kernel {name!r} was not declared by its ops module")
+            k = self._kernels[key] = self.module().get_function(name)
+        return k
 
     def load_all(self) -> None:
         """Compile and load every declared kernel now (before a CUDA graph capture, say)."""
