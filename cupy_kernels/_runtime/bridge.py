@@ -74,6 +74,7 @@ class Call:
         else:
             raise TypeError(f"{op}: {name} must be a cupy.ndarray or a CUDA torch.Tensor; got {describe(primary)}")
         self._contexts = []
+        self._made = {}  # torch tensors from empty(), by the layout of their CuPy views
 
     def __enter__(self) -> "Call":
         import cupy
@@ -115,14 +116,21 @@ class Call:
         that CUDA graph capture and torch's memory statistics see it)."""
         if self.torch:
             t = _torch().empty(tuple(shape), dtype=torch_dtype(dtype), device=self.device_id)
-            return to_cupy(t)
+            arr = to_cupy(t)
+            if arr.size:  # empty tensors may share a null pointer
+                self._made[_layout(arr)] = t
+            return arr
         import cupy
 
         return cupy.empty(tuple(shape), dtype=cupy_dtype(dtype))
 
     def result(self, arr):
-        """A CuPy result back in the caller's kind (zero-copy)."""
-        return to_torch(arr) if self.torch else arr
+        """A CuPy result back in the caller's kind (zero-copy): the tensor `empty` made when `arr` is laid
+        out exactly like it, else through DLPack."""
+        if not self.torch:
+            return arr
+        t = self._made.get(_layout(arr))
+        return t if t is not None else to_torch(arr)
 
 
 _streams: dict = {}
@@ -155,6 +163,10 @@ def _external_stream(ptr: int, device_id: int):
         s = from_external(_StreamHandle(ptr)) if from_external else cupy.cuda.ExternalStream(ptr, device_id)
         _streams[key] = s
     return s
+
+
+def _layout(arr) -> tuple:
+    return arr.data.ptr, arr.shape, arr.strides, arr.dtype
 
 
 def to_cupy(x):
