@@ -33,14 +33,14 @@ __device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& 
 // segment b % parts of rows (b / parts) * groups + group + k * (grid / parts) * groups. Any row count
 // (64-bit), n <= parts * packs * G * V. With parts > 1: phase 0 needs the grid co-resident, phases 1
 // then 2 are two launches of any grid (see row_parts).
-// MAXP: FwdPacks, or 8 for float32 sub-warp rows (G halves: 128 B in flight per thread).
-template <typename T, int MODE, int MAXP>
+template <typename T, int MODE>
 __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* x, T* y, long long rows, long long n, long long chunk,
                                                      int G, int packs, int parts, int aligned, int phase,
                                                      int* sync, typename AccOf<T>::type* slots) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
+  constexpr int MAXP = FwdPacks<T>::value;
   __shared__ A scratch[32];
   const int gpb = blockDim.x / G, gi = threadIdx.x / G;
   const int part = blockIdx.x % parts;
@@ -94,14 +94,15 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
 // Backward from the output y and its gradient dy (dx may be dy):
 //   softmax:     dx = y * (dy - sum(dy * y))
 //   log_softmax: dx = dy - exp(y) * sum(dy)
-// Launch and limits as softmax_fwd, with MAXP packs per thread. With `stage` (aligned rows, a grid of
-// resident blocks looping over rows): dynamic shared memory of 2 * packs * blockDim.x packs holds the
-// next row's y and dy, copied (cp.async) while this row is reduced, exchanged and written.
-template <typename T, int MODE>
+// Launch and limits as softmax_fwd, with MAXP packs per thread. STAGE (aligned half-type rows, a grid
+// of resident blocks looping over rows): dynamic shared memory of 2 * packs * blockDim.x packs holds the
+// next row's y and dy, copied (cp.async) while this row is reduced, exchanged and written. A template
+// argument, so the unstaged instance stays the code it was (a run-time flag cost 7% on 65536x128).
+template <typename T, int MODE, bool STAGE>
 __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const T* __restrict__ y, const T* dy, T* dx, long long rows,
                                                      long long n, long long chunk, int G, int packs, int parts,
                                                      int aligned, int phase, int* sync,
-                                                     typename AccOf<T>::type* slots, int stage) {
+                                                     typename AccOf<T>::type* slots) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
@@ -118,16 +119,15 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const
   P* const sd = sy + packs * blockDim.x;
   const long long step = nrg * gpb;
   long long row = rg * gpb + gi;
-  stage = stage && sizeof(T) < 8;  // float64 never stages (its registers would grow past 2 blocks per SM)
-  if (stage && row < rows) {
+  if (STAGE && row < rows) {
     stage_packs<T, MAXP>(sy, y + row * n + begin, L);
     stage_packs<T, MAXP>(sd, dy + row * n + begin, L);
+    cp_async_commit();
   }
-  cp_async_commit();
   for (; row < rows; row += step) {
     const long long off = row * n + begin;
     P ry[MAXP], rd[MAXP];
-    if (stage) {
+    if (STAGE) {
       cp_async_wait<0>();
       unstage_packs<T, MAXP>(ry, sy, L, 0.f);
       unstage_packs<T, MAXP>(rd, sd, L, 0.f);

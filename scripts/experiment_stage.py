@@ -1,6 +1,5 @@
 """Device experiment (issue 4, staged backward): softmax / log_softmax backward with the next row staged
-in shared memory (cp.async) on the block / multi-block / also sub-warp paths vs not staged; float32
-short-row forward with 8 packs per thread vs 4; torch on the same tensors. One process, delayed timer,
+in shared memory (cp.async; half-type 512-thread rows) vs not staged; torch on the same tensors. One process, delayed timer,
 each variant timed twice (A B A B) so the spread is visible. Prints one line per case."""
 import torch
 
@@ -12,7 +11,7 @@ from cupy_kernels.ops import softmax as S
 t = Timer()
 SHAPES = [((65536, 128), "float32"), ((32768, 1024), "float16"), ((4096, 4096), "float32"),
           ((8192, 8192), "bfloat16"), ((1024, 32768), "bfloat16"), ((256, 262144), "float32")]
-STAGES = {"off": (), "on": ("block", "multiblock"), "all": ("block", "multiblock", "subwarp")}
+STAGES = {"off": (), "on": ("block", "multiblock")}
 
 for shape, dtype in SHAPES:
     (x, xc), (y, yc), (dy, dyc) = tensors(shape, dtype, 3)
@@ -31,14 +30,3 @@ for shape, dtype in SHAPES:
         tf = (torch._softmax_backward_data if mode == "softmax" else torch._log_softmax_backward_data)
         tt = t(lambda: tf(dy, yt, -1, yt.dtype)) * 1e3
         print(f"BWD {mode:11s} {tag} us: {'  '.join(res)}  torch {tt:6.1f}", flush=True)
-    if dtype == "float32" and shape[-1] <= 512:
-        for mode in ("softmax", "log_softmax"):
-            fn = lambda: S.softmax_impl(xc, -1, mode)  # noqa: E731
-            res = []
-            for rep in range(2):
-                for wide in (0, 8):
-                    S.FWD_WIDE_PACKS = wide
-                    res.append(f"p{wide or 4}/{rep} {t(fn) * 1e3:6.1f}")
-            S.FWD_WIDE_PACKS = 8
-            tf = torch.softmax if mode == "softmax" else torch.log_softmax
-            print(f"FWD {mode:11s} {tag} us: {'  '.join(res)}  torch {t(lambda: tf(x, -1)) * 1e3:6.1f}", flush=True)

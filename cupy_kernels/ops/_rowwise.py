@@ -85,18 +85,16 @@ class Plan:
 
 
 def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: int, persistent: bool = False,
-         force: str | None = None, min_blocks: int | None = None, occupancy=None, long_rows: str | None = None,
-         target_packs: int | None = None) -> Plan:
+         force: str | None = None, min_blocks: int | None = None, occupancy=None, long_rows: str | None = None) -> Plan:
     """Geometry for a row length: a sub-warp group of G <= 32 threads when a row is <= 32 * TARGET_PACKS
     packs, else a block of up to `max_threads` threads, else `parts` blocks per row.
     `persistent` caps the grid at the resident block count (norm backward: one partial row per block).
     `force="block"` takes the block path even for short rows (a ladder variant and a test hook).
     `min_blocks`: resident blocks per SM the kernel's __launch_bounds__ guarantees (default: rows.cuh's);
-    `occupancy(threads)`, when given, the device's exact figure. `long_rows`: "split" or "exchange".
-    `target_packs`: packs per thread to aim at instead of TARGET_PACKS (a wider kernel instance)."""
+    `occupancy(threads)`, when given, the device's exact figure. `long_rows`: "split" or "exchange"."""
     V = vec(dtype)
     P = ceil_div(n, V)  # packs per row
-    target = min(target_packs or TARGET_PACKS, maxp)
+    target = min(TARGET_PACKS, maxp)
     group = next_pow2(ceil_div(P, target))
     if group <= 32 and force != "block":
         threads = PERSISTENT_SUBWARP_BLOCK if persistent else SUBWARP_BLOCK

@@ -13,31 +13,22 @@ VARIANTS = ("auto", "block", "scalar", "split", "exchange", "counter")  # the la
 COUNTER_EXCHANGE = {"fwd": False, "bwd": False}  # one-launch long rows: tagged words (False) or counters
 
 
-# Backward: stage the next row's y and dy in shared memory (cp.async) on these paths ("block",
-# "multiblock", "subwarp"), where it fits STAGE_MAX_BYTES per block (the default 48 KB window, less the
-# static scratch and exchange copy).
+# Backward: the next row's y and dy staged in shared memory (cp.async; softmax_bwd<..., true>) for
+# half-type rows that fill a BWD_THREADS block (block and multi-block paths): 8192² bf16 104.9 -> 96.5 us,
+# 1024x32768 bf16 79.9 -> 71.5. Smaller blocks already keep several rows per SM in flight and measured
+# slower staged (4096² f32 -5%, 32768x1024 f16 -3.5%): benchmarks/notes.md.
 STAGE_BWD = ("block", "multiblock")
-STAGE_MAX_BYTES = 40 * 1024
-FWD_WIDE_PACKS = 8  # float32 sub-warp rows: packs per thread of the wide forward instance (0: off)
+STAGE_MAX_BYTES = 40 * 1024  # the default 48 KB dynamic window, less the static scratch and exchange copy
 
 
-def _name(kind: str, dtype: str, mode: str, packs: int | None = None) -> str:
+def _name(kind: str, dtype: str, mode: str, stage: bool = False) -> str:
     if kind == "fwd":
-        return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}, {packs or rw.fwd_maxp(dtype)}>"
-    return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}>"
+        return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}>"
+    return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}, {'true' if stage else 'false'}>"
 
 
 SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
-               + [_name("fwd", "float32", m, 8) for m in MODES])
-
-
-def _wide_fwd(dtype: str, n: int, variant: str) -> int:
-    """Packs per thread of the forward instance for this row: FWD_WIDE_PACKS for float32 rows that take the
-    sub-warp path (short rows: more bytes in flight per thread, half the group), else FwdPacks."""
-    if (FWD_WIDE_PACKS and dtype == "float32" and variant == "auto"
-            and -(-n // rw.vec(dtype)) <= 32 * rw.TARGET_PACKS):
-        return FWD_WIDE_PACKS
-    return rw.fwd_maxp(dtype)
+               + [_name("bwd", t, m, True) for t in ("float16", "bfloat16") for m in MODES])
 
 
 def _detach(x):
@@ -61,27 +52,29 @@ def stage_bytes(dtype: str, threads: int) -> int:
 
 
 def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
-    wide = _wide_fwd(dtype, n, variant) if kind == "fwd" else 0
-    name = _name(kind, dtype, mode, wide)
-    kernel = SOURCE.kernel(name)
     long_rows = "exchange" if variant == "counter" else variant if variant in ("split", "exchange") else None
-    al = 0 if variant == "scalar" else rw.aligned(n, dtype, *srcs, out)
     args = dict(force=variant if variant == "block" else None, long_rows=long_rows)
-    p = rw.plan(rows, n, dtype, wide if kind == "fwd" else rw.maxp(dtype), threads_of(kind, dtype, n),
-                current().sm_count, occupancy=rw.occupancy(kernel, name),
-                target_packs=wide if wide != rw.fwd_maxp(dtype) else None, **args)
-    stage = kind == "bwd" and dtype != "float64" and al and p.path in STAGE_BWD and stage_bytes(dtype, p.threads) <= STAGE_MAX_BYTES
-    smem = stage_bytes(dtype, p.threads) if stage else 0
-    if stage:  # a resident grid that loops over rows, so each block has a next row to stage
-        p = rw.plan(rows, n, dtype, rw.maxp(dtype), threads_of(kind, dtype, n), current().sm_count, persistent=True,
+    al = 0 if variant == "scalar" else rw.aligned(n, dtype, *srcs, out)
+    maxp = rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype)
+    name = _name(kind, dtype, mode)
+    kernel = SOURCE.kernel(name)
+    p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count,
+                occupancy=rw.occupancy(kernel, name), **args)
+    smem = 0
+    if (kind == "bwd" and dtype in ("float16", "bfloat16") and al and p.path in STAGE_BWD
+            and p.threads == BWD_THREADS and stage_bytes(dtype, p.threads) <= STAGE_MAX_BYTES):
+        # a resident grid that loops over rows, so each block has a next row to stage
+        name = _name(kind, dtype, mode, stage=True)
+        kernel = SOURCE.kernel(name)
+        p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count, persistent=True,
                     occupancy=rw.occupancy(kernel, name, lambda t: stage_bytes(dtype, t)), **args)
+        smem = stage_bytes(dtype, p.threads)
     counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE[kind])
     sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
-    extra = (np.int32(1 if stage else 0),) if kind == "bwd" else ()
     for phase in rw.phases(p, counter):
         kernel((p.grid,), (p.threads,),
                (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs),
-                np.int32(p.parts), np.int32(al), np.int32(phase), sync, slots, *extra), shared_mem=smem)
+                np.int32(p.parts), np.int32(al), np.int32(phase), sync, slots), shared_mem=smem)
     return p
 
 
