@@ -14,7 +14,7 @@ def norm_suite(quick: bool):
 
     import cupy_kernels as ck
     from .._runtime import to_cupy
-    from ..ops.norm import norm_backward_impl, norm_forward_impl
+    from ..ops.norm import STAGE_DTYPES, norm_backward_impl, norm_forward_impl
 
     for shape, dtype in SHAPES[:3] if quick else SHAPES:
         (x, xc), (s, sc), (dy, dyc) = tensors(shape, dtype, 3)
@@ -50,6 +50,7 @@ def norm_suite(quick: bool):
         ln_out, ln_mean, ln_rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
         yc = to_cupy(ln_out)
         _, _, rstd_rms = norm_forward_impl(xc, wc, None, 1e-6, "rms_norm")
+        staged = dtype in STAGE_DTYPES and n > 4096  # norm_bwd<..., true> takes these rows (512-thread blocks)
         yield Group("layer_norm backward", label, dtype,
                     {"cupy_kernels": lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm"),
                      "cupy_kernels from output (after layer_norm_)":
@@ -61,6 +62,9 @@ def norm_suite(quick: bool):
                          "ladder: long rows, one launch, counter exchange":
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="counter")}
                         if n >= 8192 else {}),
+                     **({"ladder: next row not staged (register loads)":
+                         lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="unstaged")}
+                        if staged else {}),
                      "ladder: dx only (no dweight / dbias partial rows, no column_sum)":
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", need_dw=False,
                                                     need_db=False),
@@ -72,6 +76,9 @@ def norm_suite(quick: bool):
         rms_out = F.rms_norm(xr, (n,), wr, 1e-6)
         yield Group("rms_norm backward", label, dtype,
                     {"cupy_kernels": lambda: norm_backward_impl(dyc, xc, wc, None, None, rstd_rms, "rms_norm"),
+                     **({"ladder: next row not staged (register loads)":
+                         lambda: norm_backward_impl(dyc, xc, wc, None, None, rstd_rms, "rms_norm", variant="unstaged")}
+                        if staged else {}),
                      "torch F.rms_norm autograd": lambda: torch.autograd.grad(rms_out, (xr, wr), dy,
                                                                               retain_graph=True)},
                     bytes=3 * nbytes)
