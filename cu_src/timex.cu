@@ -678,6 +678,138 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
       }
 }
 
+// ---- the Toeplitz kernel with fragment-order staging (the tf32x3 default since run 6) ----------------
+// timex_tf32x3's product and tile (32 b x 256 t per block, 32 x 64 per warp, 3-MMA split), with shared memory
+// laid out as the fragments are read (the idea of timex_grad_w_frag):
+// - k tile: Ahi/Alo[s][mt][lane][4] hold lane's A fragment of m-tile mt at k-step s: one 16-byte load each.
+//   Thread x stages elements x + 128 q, so a warp's stores are 32 consecutive words (conflict-free) and its
+//   global loads 4 rows x 8 consecutive u (whole 32-byte sectors).
+// - taps: P[i] = (hi f[i], hi f[i-4], lo f[i], lo f[i-4]) of the chunk's window: one 16-byte load is both
+//   halves of a B fragment (b0 at i, b1 at i-4), split once at staging.
+// Two shared buffers, so one barrier per chunk (the next chunk is stored after this one's MMAs).
+// Warp roles rotate with the channel: warp w takes the 64-t slice (w + c) % 4, so the co-resident blocks'
+// heavy slices (late t: longer u range) spread over the 4 SM sub-partitions instead of all landing on warp 3's
+// (ROT false: warp w takes slice w, as timex_tf32x3; for the probe).
+// Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1. REV as in timex_tiled.
+template <bool REV, bool ROT>
+__global__ void __launch_bounds__(TX_THREADS, 3)
+timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restrict__ k, long long sb, long long sc,
+              float* __restrict__ out, double eps, int B, int C, int T) {
+  constexpr int BM = 32, TN = 256, KU = 32, NTAP = TN + KU;
+  constexpr int NK = KU * BM / TX_THREADS;  // 8 k values per thread per chunk
+  constexpr int NTP = (NTAP + TX_THREADS - 1) / TX_THREADS;  // 3 tap entries per thread
+  __shared__ __align__(16) unsigned ahi[2][KU * BM], alo[2][KU * BM];
+  __shared__ __align__(16) uint4 tp[2][NTAP];
+
+  const int c = blockIdx.x;
+  const int t0 = (gridDim.y - 1 - blockIdx.y) * TN;
+  const long long b0 = (long long)blockIdx.z * BM;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int role = ROT ? (warp + c) & 3 : warp;  // this warp's 64-t slice
+  const int role_tmax = t0 + (role + 1) * 64 - 1;
+  const int u_last = t0 + role * 64 < T ? role_tmax : -1;  // a slice wholly past T computes nothing
+  const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
+  const float* wrow = w + (long long)c * ldw;
+
+  // staged element q of this thread: fragment word x + 128 q = ((s*2 + mt)*32 + l)*4 + e with l = x/4, e = x%4,
+  // mt = q%2, s = q/2: row b = 16 mt + l/4 + 8 (e&1), u = 8 s + l%4 + 4 (e>>1)
+  const int sx = threadIdx.x, sl = sx >> 2, se = sx & 3;
+  const long long br = b0 + (sl >> 2) + 8 * (se & 1);  // row of mt = 0 (mt = 1: +16)
+  const int uq = (sl & 3) + 4 * (se >> 1);             // u offset of s = 0 (s: +8 s)
+  const float* kr0 = k + (long long)c * sc + br * sb;
+  const float* kr1 = kr0 + 16 * sb;
+  const bool ok0 = br < B, ok1 = br + 16 < B;
+
+  float acc[2][8][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
+
+  float pk[NK], pt[NTP][2];
+  auto tap = [&](int d) { return (d >= 0 && d < T) ? wrow[T - 1 - d] : 0.f; };
+  auto fetch = [&](int u0) {
+#pragma unroll
+    for (int q = 0; q < NK; ++q) {
+      const int u = u0 + 8 * (q >> 1) + uq;
+      const int ui = REV ? T - 1 - u : u;
+      pk[q] = ((q & 1 ? ok1 : ok0) && u < T) ? (q & 1 ? kr1 : kr0)[ui] : 0.f;
+    }
+#pragma unroll
+    for (int q = 0; q < NTP; ++q) {
+      const int d = t0 - u0 - (KU - 1) + threadIdx.x + q * TX_THREADS;
+      pt[q][0] = tap(d);
+      pt[q][1] = tap(d - 4);
+    }
+  };
+  auto stage = [&](int buf) {
+#pragma unroll
+    for (int q = 0; q < NK; ++q) {
+      const unsigned hi = tf32_hi(pk[q]);
+      ahi[buf][sx + q * TX_THREADS] = hi;
+      alo[buf][sx + q * TX_THREADS] = tf32_hi(pk[q] - __uint_as_float(hi));
+    }
+#pragma unroll
+    for (int q = 0; q < NTP; ++q) {
+      const int i = threadIdx.x + q * TX_THREADS;
+      if (NTAP % TX_THREADS == 0 || i < NTAP) {
+        const unsigned h0 = tf32_hi(pt[q][0]), h1 = tf32_hi(pt[q][1]);
+        tp[buf][i] = make_uint4(h0, h1, tf32_hi(pt[q][0] - __uint_as_float(h0)), tf32_hi(pt[q][1] - __uint_as_float(h1)));
+      }
+    }
+  };
+  if (nchunks > 0) {
+    fetch(0);
+    stage(0);
+  }
+  __syncthreads();
+  for (int ch = 0; ch < nchunks; ++ch) {
+    const int u0 = ch * KU, buf = ch & 1;
+    if (ch + 1 < nchunks) fetch(u0 + KU);  // in flight while this chunk is multiplied
+    if (u0 <= u_last) {  // warp-uniform: else only zero taps left for this slice (or all its t >= T)
+      // B fragments: n-tile j at k-step s uses m = j - s + 3 in [0, 11): taps at i (b0) and i - 4 (b1)
+      uint4 bf[11];
+#pragma unroll
+      for (int m = 0; m < 11; ++m) bf[m] = tp[buf][role * 64 + 8 * (m - 3) + grp - tig + KU - 1];
+#pragma unroll
+      for (int s = 0; s < KU / 8; ++s) {
+        uint4 ah[2], al[2];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          ah[mt] = reinterpret_cast<const uint4*>(ahi[buf])[(s * 2 + mt) * 32 + lane];
+          al[mt] = reinterpret_cast<const uint4*>(alo[buf])[(s * 2 + mt) * 32 + lane];
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const uint4 b = bf[j - s + 3];
+            mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&al[mt]), b.x, b.y);
+            mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.z, b.w);
+            mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.x, b.y);
+          }
+      }
+    }
+    if (ch + 1 < nchunks) stage(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
+    __syncthreads();
+  }
+
+  const float e = (float)eps;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const long long b = b0 + 16 * mt + grp + (x >= 2 ? 8 : 0);
+        const int t = t0 + role * 64 + 8 * j + 2 * tig + (x & 1);
+        if (b < B && t < T) out[(b * C + c) * (long long)T + (REV ? T - 1 - t : t)] = acc[mt][j][x] + e;
+      }
+}
+
 // ---- grad_w on the tensor cores: diagonal bands (variant "tf32x3", float32 only) -------------------
 // grad_f[c,d] = sum_b sum_t' k[b,t'] g[b,t'+d]. Cut t' = p0+i and t = p0+delta+j with p0, delta multiples of
 // 64 and i, j in [0,64): the band sum ACC[i,j] = sum_{b,p0} k[b,p0+i] g[b,p0+delta+j] is a plain 64 x 64

@@ -83,9 +83,17 @@ def main():
     rows.append(("forward tf32x3", timer(lambda: ck.timex(w, k, variant="tf32x3")), flop))
     rows.append(("grad_k tf32x3", timer(lambda: tx._launch_tf32x3("float32", True, w, T, g, C * T, T, o, 0.0, B, C, T)),
                  flop))
+    rows.append(("forward tf32x3_scalar (run 5)", timer(lambda: ck.timex(w, k, variant="tf32x3_scalar")), flop))
+    rows.append(("grad_k tf32x3_scalar (run 5)", timer(
+        lambda: tx._launch_tf32x3("float32", True, w, T, g, C * T, T, o, 0.0, B, C, T, "scalar")), flop))
+    rows.append(("forward tf32x3 frag_norot", timer(
+        lambda: tx._launch_tf32x3("float32", False, w, T, k, C * T, T, o, 0.0, B, C, T, "frag_norot")), flop))
+    rows.append(("forward tf32x3 again", timer(lambda: ck.timex(w, k, variant="tf32x3")), flop))
     ref = tx.reference(cupy.asnumpy(w), cupy.asnumpy(k))
     o2 = ck.timex(w, k, variant="tf32x3")
     print(f"check forward tf32x3: rel err {np.linalg.norm(cupy.asnumpy(o2) - ref) / np.linalg.norm(ref):.2e}")
+    o2 = ck.timex(w, k, variant="tf32x3_scalar")
+    print(f"check forward tf32x3_scalar: rel err {np.linalg.norm(cupy.asnumpy(o2) - ref) / np.linalg.norm(ref):.2e}")
     o2 = ck.timex(w, k)
     print(f"check forward default: rel err {np.linalg.norm(cupy.asnumpy(o2) - ref) / np.linalg.norm(ref):.2e}")
     for v in tx.LADDER:
@@ -104,7 +112,7 @@ def sweep(timer):
     """tiled vs tf32x3, forward and backward, at the bench's shapes and a few near the auto rule's edges."""
     C = 768
     print(f"{'B':>4} {'T':>5} {'fwd tiled':>10} {'fwd tf32x3':>10} {'bwd tiled':>10} {'bwd tf32x3':>10} "
-          f"{'gw tiled':>9} {'gw tf32x3':>9}  auto toeplitz, grad_w")
+          f"{'gw tiled':>9} {'gw tf32x3':>9} {'fwd scalar':>10}  auto toeplitz, grad_w")
     for B, T in [(384, 64), (192, 128), (128, 192), (96, 256), (32, 768), (32, 1024), (16, 1024), (12, 2048),
                  (16, 768), (12, 768), (8, 768), (4, 768), (1, 768)]:
         w = cupy.random.standard_normal((C, T), dtype=cupy.float32) / np.float32(np.sqrt(T))
@@ -115,7 +123,8 @@ def sweep(timer):
         st, gw = (C * T, T, 1), cupy.empty((C, T), cupy.float32)
         gws = [timer(lambda: tx._launch_grad_w("float32", None, k, st, g, st, gw, B, C, T)),
                timer(lambda: tx._launch_grad_w_tf32x3("float32", k, st, g, st, gw, B, C, T))]
-        print(f"{B:4d} {T:5d} {f[0]:10.4f} {f[1]:10.4f} {b[0]:10.4f} {b[1]:10.4f} {gws[0]:9.4f} {gws[1]:9.4f}  {tx.tf32x3_auto('float32', B, T)} {tx.tf32x3_auto('float32', B, T, 'grad_w')}")
+        fs = timer(lambda: ck.timex(w, k, variant="tf32x3_scalar"))
+        print(f"{B:4d} {T:5d} {f[0]:10.4f} {f[1]:10.4f} {b[0]:10.4f} {b[1]:10.4f} {gws[0]:9.4f} {gws[1]:9.4f} {fs:10.4f}  {tx.tf32x3_auto('float32', B, T)} {tx.tf32x3_auto('float32', B, T, 'grad_w')}")
         del w, k, g
 
 

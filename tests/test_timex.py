@@ -89,16 +89,17 @@ def test_grad_w_index_math_emulated(cfg, shape):
     assert rel_err(emu.grad_w(k, g, *cfg), tx.reference_backward(w, k, g)[0]) < 1e-13
 
 
-@pytest.mark.parametrize("shape", [(3, 1, 37), (33, 1, 300), (2, 1, 64)])
+@pytest.mark.parametrize("shape", [(3, 1, 37), (33, 1, 300), (2, 1, 64), (1, 3, 1), (2, 2, 513)])
 def test_tf32x3_fragment_maps_emulated(shape):
     import timex_emulate as emu
 
     r = rng()
     B, C, T = shape
     w, k = r.standard_normal((C, T)), r.standard_normal(shape)
-    assert rel_err(emu.tf32x3(w, k, 0.25, False), tx.reference(w, k, 0.25)) < 1e-13
     _, rgk = tx.reference_backward(w, np.zeros_like(k), k)
-    assert rel_err(emu.tf32x3(w, k, 0.0, True), rgk) < 1e-13
+    for kern in (emu.tf32x3, emu.tf32x3f):
+        assert rel_err(kern(w, k, 0.25, False), tx.reference(w, k, 0.25)) < 1e-13
+        assert rel_err(kern(w, k, 0.0, True), rgk) < 1e-13
 
 
 @pytest.mark.parametrize("nb", [1, 2])
@@ -315,6 +316,32 @@ def test_tf32x3_split_precision_accuracy(shape, poison):
     # 2.0e-5 (grad_k, T = 4097) relative norm, growing with T; TF32 alone would give ~1e-3.
     check_forward(shape, "float32", "tf32x3", tol=TF32X3_TOL)
     check_backward(shape, "float32", "tf32x3", tol=TF32X3_TOL)
+
+
+@gpu
+@pytest.mark.parametrize("kernel", list(tx.TOEPLITZ_TF32X3))
+def test_toeplitz_tf32x3_kernels_both_directions(kernel):
+    """Each compiled Toeplitz tf32x3 kernel (fragment-order default, run-5 scalar), forward and grad_k, on fresh
+    inputs against float64; outputs NaN-poisoned; bit-identical on a second run."""
+    import cupy
+
+    r = rng()
+    for B, C, T in [(1, 1, 1), (2, 3, 5), (33, 5, 127), (32, 19, 768), (17, 2, 1000), (64, 1, 257), (3, 2, 2047),
+                    (35, 4, 513)]:
+        w, k = r.standard_normal((C, T)) / np.sqrt(T), r.standard_normal((B, C, T))
+        wd, kd = cupy_array(w, "float32"), cupy_array(k, "float32")
+        w, k = rounded(w, "float32"), rounded(k, "float32")
+        refs = (tx.reference(w, k, 0.5), tx.reference_backward(w, np.zeros_like(k), k)[1])
+        for rev, ref in zip((False, True), refs):
+            runs = []
+            for _ in range(2):
+                out = cupy.full((B, C, T), np.nan, np.float32)
+                tx._launch_tf32x3("float32", rev, wd, T, kd, C * T, T, out, 0.0 if rev else 0.5, B, C, T, kernel)
+                runs.append(cupy.asnumpy(out))
+            err = rel_err(runs[0], ref)
+            assert err <= (1e-5 if T <= 1024 else TF32X3_TOL), (kernel, rev, B, C, T, err)
+            assert np.array_equal(runs[0], runs[1]), (kernel, rev, B, C, T, "not deterministic")
+    check_forward((33, 3, 300), "float32", "tf32x3" if kernel == "frag" else "tf32x3_scalar")
 
 
 @gpu

@@ -166,17 +166,65 @@ def tf32x3(w, k, eps, REV):
                             for mt in range(2):
                                 for j in range(8):
                                     _mma(acc[warp, :, mt, j], afr[:, mt], bfr[:, j - s + 3])
-                for warp in range(4):
-                    for lane in range(32):
-                        grp, tig = lane >> 2, lane & 3
-                        for mt in range(2):
-                            for j in range(8):
-                                for x in range(4):
-                                    b = b0 + 16 * mt + grp + (8 if x >= 2 else 0)
-                                    t = t0 + warp * 64 + 8 * j + 2 * tig + (x & 1)
-                                    if b < B and t < T:
-                                        out[b, c, T - 1 - t if REV else t] = acc[warp, lane, mt, j, x] + eps
+                _store(out, acc, b0, t0, c, eps, REV)
     return out
+
+
+def tf32x3f(w, k, eps, REV):
+    """timex_tf32x3f<REV>: fragment-order k tile and tap-pair window, rotated warp roles, two buffers
+    (exact products)."""
+    B, C, T = k.shape
+    BM, TN, KU = 32, 256, 32
+    NTAP = TN + KU
+    out = np.full((B, C, T), np.nan)
+    gy, gz = -(-T // TN), -(-B // BM)
+    tap = lambda c, d: w[c, T - 1 - d] if 0 <= d < T else 0.0
+    for c in range(C):
+        for by in range(gy):
+            for bz in range(gz):
+                t0, b0 = (gy - 1 - by) * TN, bz * BM
+                acc = np.zeros((4, 32, 2, 8, 4))
+                for ch in range((min(t0 + TN, T) + KU - 1) // KU):
+                    u0 = ch * KU
+                    a = np.full(KU * BM, np.nan)  # staged words as the kernel's threads write them
+                    for x in range(128):
+                        sl, se = x >> 2, x & 3
+                        br, uq = b0 + (sl >> 2) + 8 * (se & 1), (sl & 3) + 4 * (se >> 1)
+                        for q in range(KU * BM // 128):
+                            b, u = br + 16 * (q & 1), u0 + 8 * (q >> 1) + uq
+                            a[x + q * 128] = k[b, c, T - 1 - u if REV else u] if (b < B and u < T) else 0.0
+                    tp = np.full((NTAP, 2), np.nan)
+                    for i in range(NTAP):
+                        d = t0 - u0 - (KU - 1) + i
+                        tp[i] = [tap(c, d), tap(c, d - 4)]
+                    for warp in range(4):
+                        role = (warp + c) & 3
+                        if u0 > t0 + (role + 1) * 64 - 1 or t0 + role * 64 >= T:
+                            continue
+                        bfr = np.array([[tp[role * 64 + 8 * (m - 3) + (l >> 2) - (l & 3) + KU - 1] for m in range(11)]
+                                        for l in range(32)])
+                        for s in range(KU // 8):
+                            for mt in range(2):
+                                afr = np.array([a[((s * 2 + mt) * 32 + l) * 4:][:4] for l in range(32)])
+                                for j in range(8):
+                                    _mma(acc[role, :, mt, j], afr, bfr[:, j - s + 3])
+                _store(out, acc, b0, t0, c, eps, REV)
+    return out
+
+
+def _store(out, acc, b0, t0, c, eps, REV):
+    """The Toeplitz kernels' epilogue: acc[slice][lane][mt][j][x] to out (bounds-checked)."""
+    B, C, T = out.shape
+    for sl in range(4):
+        for lane in range(32):
+            grp, tig = lane >> 2, lane & 3
+            for mt in range(2):
+                for j in range(8):
+                    for x in range(4):
+                        b = b0 + 16 * mt + grp + (8 if x >= 2 else 0)
+                        t = t0 + sl * 64 + 8 * j + 2 * tig + (x & 1)
+                        if b < B and t < T:
+                            out[b, c, T - 1 - t if REV else t] = acc[sl, lane, mt, j, x] + eps
 
 
 def grad_w_tf32x3(k, g, KC=16, group=16):

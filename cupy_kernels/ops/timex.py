@@ -29,11 +29,14 @@ GRAD_W = {"float": (16, 16, 4), "f64": (8, 8, 4)}  # grad_w (RD, RU, LD): 64 lag
 # Other float32 tile shapes compiled for scripts/timex_probe.py to compare on the device (not dispatched).
 PROBE_TILED = [(4, 16, 4), (8, 8, 2), (4, 16, 4, 64)]
 PROBE_GRAD_W = [(16, 8, 4), (8, 16, 8), (8, 8, 4)]
-VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "naive", "shared", "float4", "batch8",
-            "balanced")
+VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "tf32x3_scalar", "naive", "shared",
+            "float4", "batch8", "balanced")
 LADDER = ("naive", "shared", "float4", "batch8", "balanced")  # the seed's rungs, in order
 BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
-TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3
+TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3f / timex_tf32x3
+# Toeplitz tf32x3 kernels (format with REV): variant tf32x3 / tf32x3_scalar (run 5); frag_norot for the probe
+TOEPLITZ_TF32X3 = {"frag": "timex_tf32x3f<{}, true>", "scalar": "timex_tf32x3<{}>",
+                   "frag_norot": "timex_tf32x3f<{}, false>"}
 GRAD_W_TF32X3 = "frag2"   # tf32x3 grad_w kernel: timex_grad_w_frag<2> (frag1, and the first band kernel
                          # timex_grad_w_tf32x3 with 16 / 32 K rows per chunk, are compiled for the probe)
 GRAD_W_TF32X3_ALL = ("frag2", "frag1", 16, 32)
@@ -79,7 +82,8 @@ def _declare():
         names += [f"timex_naive<{CTYPES[dt]}>", f"timex_naive_grad_k<{CTYPES[dt]}>",
                   f"timex_naive_grad_w<{CTYPES[dt]}>"]
     names += list(SEED_RUNGS.values())
-    names += ["timex_tf32x3<false>", "timex_tf32x3<true>", "timex_grad_w_bands"]
+    names += [n.format(_b(rev)) for n in TOEPLITZ_TF32X3.values() for rev in (False, True)]
+    names += ["timex_grad_w_bands"]
     names += [_grad_w_tf32x3_name(kc, vec) for kc in GRAD_W_TF32X3_ALL for vec in (False, True)]
     for dt in FLOAT_DTYPES:
         cfgs = [TILED_F64[1]] if dt == "float64" else list(TILED.values())
@@ -211,8 +215,9 @@ def timex_impl(w, k, eps: float = 0.0, variant: str = "auto"):
             if dtype != "float64" and name not in TILED:
                 raise ValueError(f"timex: variant {variant!r} is for float64 only")
             _launch_tiled(dtype, name, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T)
-        elif variant == "tf32x3":
-            _launch_tf32x3(dtype, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T)
+        elif variant in ("tf32x3", "tf32x3_scalar"):
+            _launch_tf32x3(dtype, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T,
+                           "scalar" if variant == "tf32x3_scalar" else "frag")
         elif variant == "naive":
             _launch_naive(f"timex_naive<{CTYPES[dtype]}>", B * C * T,
                           (wc, np.int64(ws[0]), kc, np.int64(ks[0]), np.int64(ks[1]), out, eps,
@@ -240,14 +245,15 @@ def _launch_tiled(dtype, name, rev, w, ldw, x, sb, sc, out, eps, B, C, T, vec=No
                            np.int32(B), np.int32(C), np.int32(T)))
 
 
-def _launch_tf32x3(dtype, rev, w, ldw, x, sb, sc, out, eps, B, C, T):
+def _launch_tf32x3(dtype, rev, w, ldw, x, sb, sc, out, eps, B, C, T, kernel="frag"):
+    """The Toeplitz product on the tensor cores; kernel: a key of TOEPLITZ_TF32X3."""
     if dtype != "float32":
         raise ValueError(f"timex: variant 'tf32x3' (split-precision TF32 tensor cores) is float32 only; got {dtype}")
     bm, tn = TF32X3_TILE
     grid = (C, ceil_div(T, tn), ceil_div(B, bm))
     if grid[1] > 65535 or grid[2] > 65535:
         raise ValueError(f"timex: T = {T} or B = {B} is beyond this kernel's grid ({tn * 65535} / {bm * 65535})")
-    SOURCE.kernel(f"timex_tf32x3<{_b(rev)}>")(
+    SOURCE.kernel(TOEPLITZ_TF32X3[kernel].format(_b(rev)))(
         grid, (THREADS,), (w, np.int64(ldw), x, np.int64(sb), np.int64(sc), out, np.float64(eps),
                            np.int32(B), np.int32(C), np.int32(T)))
 
@@ -307,8 +313,10 @@ def timex_backward(w, k, grad_out, *, variant: str = "auto"):
 
 
 def backward_variant(variant: str) -> str:
-    """The backward a forward variant's autograd uses: auto, naive and tf32x3 their own, the other (SIMT)
-    rungs the SIMT tiled kernels."""
+    """The backward a forward variant's autograd uses: auto, naive and tf32x3 their own, tf32x3_scalar the
+    tf32x3 one, the other (SIMT) rungs the SIMT tiled kernels."""
+    if variant == "tf32x3_scalar":
+        return "tf32x3"
     return variant if variant in ("auto", "naive", "tf32x3") else "tiled"
 
 
