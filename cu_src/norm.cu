@@ -163,7 +163,8 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
 // accumulators. dw_part / db_part may be null (not wanted).
 // STAGE (aligned rows, a block of one group): dynamic shared memory of 2 * packs * blockDim.x packs holds
 // the next row's src and dy, copied (cp.async) while this row is reduced, exchanged and written (as
-// softmax_bwd); a template argument so the unstaged instance stays the code it was.
+// softmax_bwd; the host uses it only where it measured faster: layer_norm from x, a 512-thread block a
+// row); a template argument so the unstaged instance stays the code it was.
 template <typename T, int MODE, int FROM_OUTPUT, bool STAGE>
 __global__ void __launch_bounds__(NormBwdThreads<T>::value, 2) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                   const T* __restrict__ w, const T* __restrict__ b,

@@ -226,33 +226,30 @@ def test_inplace_forward_and_backward_from_output(mode, dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
-def test_backward_staged_next_row(mode, dtype):
-    """The staged path (norm_bwd<..., true>: half-type rows of 512-thread blocks, one and several blocks
-    per row) with more rows than row groups, so every block stages a next row (and the last one none):
-    float64 reference, bit-identical dx to the unstaged kernel, from the output too."""
+def test_backward_staged_next_row(dtype):
+    """The staged path (norm_bwd<..., true>: layer_norm from x, half-type rows of one 512-thread block)
+    with more rows than blocks, so every block stages a next row (and its last one none), at the path's
+    two ends: float64 reference, dx bit-identical to the unstaged kernel, dweight deterministic."""
     from cupy_kernels.ops.norm import STAGE_BWD
 
-    for n, rows in ((4104, 700), (8192, 531), (8200, 301), (32776, 113)):
+    mode = "layer_norm"
+    for n, rows in ((4104, 700), (8192, 531)):
         p = rw.plan(rows, n, dtype, bwd_maxp(dtype), bwd_threads(dtype), SMS, persistent=True)
-        assert p.path in STAGE_BWD and p.threads == bwd_threads(dtype) and rows > p.grid // p.parts, (n, p)
+        assert p.path in STAGE_BWD and p.threads == bwd_threads(dtype) and rows > p.grid, (n, p)
         x, xv = make((rows, n), dtype, 2.0, 0.5)
         w, b, wv, bv = affine(n, dtype, mode)
         dy, dyv = make((rows, n), dtype)
-        y, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
+        _, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
         rdx, rdw, rdb = ref_backward(xv, wv, bv, dyv, 1e-5, mode)
         tol = 3 * TOL[dtype]
         dx, dw, db = norm_backward_impl(dy, x, w, b, mean, rstd, mode)
         assert dx_err(dx, rdx, xv, wv, dyv, 1e-5, mode) <= tol, n
-        assert rel_err(dw, rdw) <= tol, n
-        if mode == "layer_norm":
-            assert rel_err(db, rdb) <= tol, n
+        assert rel_err(dw, rdw) <= tol and rel_err(db, rdb) <= tol, n
         plain = norm_backward_impl(dy, x, w, b, mean, rstd, mode, variant="unstaged")
         np.testing.assert_array_equal(to_f64(dx), to_f64(plain[0]))
         again = norm_backward_impl(dy, x, w, b, mean, rstd, mode)
-        np.testing.assert_array_equal(to_f64(dw), to_f64(again[1]))
-        grads = norm_backward_impl(dy, y, w, b, None, rstd, mode, from_output=True)
-        assert dx_err(grads[0], rdx, xv, wv, dyv, 1e-5, mode) <= 6e-2, n
+        for u, v in zip((dw, db), again[1:]):
+            np.testing.assert_array_equal(to_f64(u), to_f64(v))
 
 
 @gpu

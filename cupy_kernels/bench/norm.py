@@ -50,7 +50,7 @@ def norm_suite(quick: bool):
         ln_out, ln_mean, ln_rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
         yc = to_cupy(ln_out)
         _, _, rstd_rms = norm_forward_impl(xc, wc, None, 1e-6, "rms_norm")
-        staged = dtype in STAGE_DTYPES and n > 4096  # norm_bwd<..., true> takes these rows (512-thread blocks)
+        staged = dtype in STAGE_DTYPES and 4096 < n <= 8192  # layer_norm bwd staged: one 512-thread block a row
         yield Group("layer_norm backward", label, dtype,
                     {"cupy_kernels": lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm"),
                      "cupy_kernels from output (after layer_norm_)":
@@ -76,9 +76,6 @@ def norm_suite(quick: bool):
         rms_out = F.rms_norm(xr, (n,), wr, 1e-6)
         yield Group("rms_norm backward", label, dtype,
                     {"cupy_kernels": lambda: norm_backward_impl(dyc, xc, wc, None, None, rstd_rms, "rms_norm"),
-                     **({"ladder: next row not staged (register loads)":
-                         lambda: norm_backward_impl(dyc, xc, wc, None, None, rstd_rms, "rms_norm", variant="unstaged")}
-                        if staged else {}),
                      "torch F.rms_norm autograd": lambda: torch.autograd.grad(rms_out, (xr, wr), dy,
                                                                               retain_graph=True)},
                     bytes=3 * nbytes)

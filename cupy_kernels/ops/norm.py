@@ -56,11 +56,12 @@ def _bwd(dtype, mode, from_output, stage=False):
     return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {'true' if stage else 'false'}>"
 
 
-# Backward: the next row's x and dy staged in shared memory (cp.async; norm_bwd<..., true>) for half-type
-# rows that fill a 512-thread block (block and multi-block paths), as softmax backward (which measured
-# slower staged on smaller blocks: those already keep several rows per SM in flight). variant="unstaged"
-# keeps the register loads (the ladder row).
-STAGE_BWD = ("block", "multiblock")
+# Backward: the next row's x and dy staged in shared memory (cp.async; norm_bwd<..., true>, as softmax
+# backward) only where it measured faster: layer_norm from x on the one-block 512-thread path (8192² bf16
+# 213.3 -> 205.2 us). Slower or equal elsewhere (same process, 9efeeeb): rms_norm 8192² 139.1 -> 145.1 and
+# 1024x32768 114.4 -> 117.1, layer_norm 1024x32768 (multi-block) 156.9 -> 156.8, from the output slower
+# than the previous run; benchmarks/notes.md. variant="unstaged" keeps the register loads (ladder row).
+STAGE_BWD = ("block",)
 STAGE_DTYPES = ("float16", "bfloat16")
 
 
@@ -75,7 +76,7 @@ def _colsum(dtype):
 
 SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
-               + [_bwd(t, m, f, True) for t in STAGE_DTYPES for m in MODES for f in (0, 1)]
+               + [_bwd(t, "layer_norm", 0, True) for t in STAGE_DTYPES]
                + [_colsum(t) for t in FLOAT_DTYPES])
 
 
@@ -219,8 +220,8 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                         variant if variant in ("split", "exchange") else None)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, s2, d2, dx2, w, b)
             smem = bwd_smem(dtype, p.threads, p.group)
-            if (variant != "unstaged" and dtype in STAGE_DTYPES and al and p.path in STAGE_BWD
-                    and p.threads == max_threads):
+            if (variant != "unstaged" and mode == "layer_norm" and not from_output and dtype in STAGE_DTYPES and al
+                    and p.path in STAGE_BWD and p.threads == max_threads):
                 name = _bwd(dtype, mode, from_output, stage=True)
                 kernel = SOURCE.kernel(name)
                 p = rw.plan(rows, n, dtype, bwd_maxp(dtype), max_threads, current().sm_count, persistent=True,
