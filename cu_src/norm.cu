@@ -207,22 +207,8 @@ __global__ void __launch_bounds__(NormBwdThreads<T>::value, 2) norm_bwd(const T*
   }
   for (; row < rows; row += stride) {
     const long long off = row * n + begin;
-    P rx[MAXP], rd[MAXP];
-    if (STAGE) {
-      cp_async_wait<0>();
-      unstage_packs<T, MAXP>(rx, sx, L, 0.f);
-      unstage_packs<T, MAXP>(rd, sd, L, 0.f);  // zero dy past the end: no contribution anywhere
-      opaque<T, MAXP>(rx);  // the slots are read into registers before the next copies overwrite them
-      opaque<T, MAXP>(rd);
-      if (row + stride < rows) {
-        stage_packs<T, MAXP>(sx, src + off + stride * n, L);
-        stage_packs<T, MAXP>(sd, dy + off + stride * n, L);
-      }
-      cp_async_commit();
-    } else {
-      load_packs<T, MAXP>(rx, src + off, L, 0.f);
-      load_packs<T, MAXP>(rd, dy + off, L, 0.f);  // zero dy past the end: no contribution anywhere
-    }
+    P rx[MAXP], rd[MAXP];  // zero dy past the end: no contribution anywhere
+    load_row_pair<STAGE, T, MAXP>(rx, rd, sx, sd, src, dy, off, stride * n, row + stride < rows, L);
     const A rstd = rstd_in[row];
     const A mean = MODE == LAYER && !FROM_OUTPUT ? mean_in[row] : A(0);
     // xhat and g of one element (the same arithmetic in both passes).

@@ -127,21 +127,7 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const
   for (; row < rows; row += step) {
     const long long off = row * n + begin;
     P ry[MAXP], rd[MAXP];
-    if (STAGE) {
-      cp_async_wait<0>();
-      unstage_packs<T, MAXP>(ry, sy, L, 0.f);
-      unstage_packs<T, MAXP>(rd, sd, L, 0.f);
-      opaque<T, MAXP>(ry);  // the slots are read into registers before the next copies overwrite them
-      opaque<T, MAXP>(rd);
-      if (row + step < rows) {
-        stage_packs<T, MAXP>(sy, y + off + step * n, L);
-        stage_packs<T, MAXP>(sd, dy + off + step * n, L);
-      }
-      cp_async_commit();
-    } else {
-      load_packs<T, MAXP>(ry, y + off, L, 0.f);
-      load_packs<T, MAXP>(rd, dy + off, L, 0.f);
-    }
+    load_row_pair<STAGE, T, MAXP>(ry, rd, sy, sd, y, dy, off, step * n, row + step < rows, L);
     A c = A(0);
 #pragma unroll
     for (int p = 0; p < MAXP; ++p)

@@ -128,6 +128,31 @@ __device__ __forceinline__ void opaque(typename Vec16<T>::type (&r)[MAXP]) {
   }
 }
 
+// The two inputs of a backward row (x or y, and dy) at `off` into registers, past-the-end elements 0.
+// STAGE: they come from the shared slots sa / sb (filled by stage_packs for this row), and with has_next
+// the row at off + step is copied in behind them while this one is processed.
+template <bool STAGE, typename T, int MAXP>
+__device__ __forceinline__ void load_row_pair(typename Vec16<T>::type (&ra)[MAXP], typename Vec16<T>::type (&rb)[MAXP],
+                                              typename Vec16<T>::type* sa, typename Vec16<T>::type* sb,
+                                              const T* a, const T* b, long long off, long long step,
+                                              bool has_next, const RowLayout<T>& L) {
+  if (STAGE) {
+    cp_async_wait<0>();
+    unstage_packs<T, MAXP>(ra, sa, L, 0.f);
+    unstage_packs<T, MAXP>(rb, sb, L, 0.f);
+    opaque<T, MAXP>(ra);  // the slots are read into registers before the next copies overwrite them
+    opaque<T, MAXP>(rb);
+    if (has_next) {
+      stage_packs<T, MAXP>(sa, a + off + step, L);
+      stage_packs<T, MAXP>(sb, b + off + step, L);
+    }
+    cp_async_commit();
+  } else {
+    load_packs<T, MAXP>(ra, a + off, L, 0.f);
+    load_packs<T, MAXP>(rb, b + off, L, 0.f);
+  }
+}
+
 // Writes pack p (only the elements inside the segment).
 template <typename T>
 __device__ __forceinline__ void store_pack(T* dst, const typename Vec16<T>::type& v, int p, const RowLayout<T>& L) {
