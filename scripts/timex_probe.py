@@ -86,6 +86,11 @@ def main():
     rows.append(("forward tf32x3_scalar (run 5)", timer(lambda: ck.timex(w, k, variant="tf32x3_scalar")), flop))
     rows.append(("grad_k tf32x3_scalar (run 5)", timer(
         lambda: tx._launch_tf32x3("float32", True, w, T, g, C * T, T, o, 0.0, B, C, T, "scalar")), flop))
+    for kern in ("frag", "frag4"):
+        for rev in (False, True):
+            rows.append((f"{'grad_k' if rev else 'forward'} tf32x3 {kern}", timer(
+                lambda: tx._launch_tf32x3("float32", rev, w, T, g if rev else k, C * T, T, o, 0.0, B, C, T, kern)),
+                flop))
     rows.append(("forward tf32x3 frag_norot", timer(
         lambda: tx._launch_tf32x3("float32", False, w, T, k, C * T, T, o, 0.0, B, C, T, "frag_norot")), flop))
     rows.append(("forward tf32x3 again", timer(lambda: ck.timex(w, k, variant="tf32x3")), flop))
@@ -114,7 +119,8 @@ def sweep(timer):
     print(f"{'B':>4} {'T':>5} {'fwd tiled':>10} {'fwd tf32x3':>10} {'bwd tiled':>10} {'bwd tf32x3':>10} "
           f"{'gw tiled':>9} {'gw tf32x3':>9} {'fwd scalar':>10}  auto toeplitz, grad_w")
     for B, T in [(384, 64), (192, 128), (128, 192), (96, 256), (32, 768), (32, 1024), (16, 1024), (12, 2048),
-                 (16, 768), (12, 768), (8, 768), (4, 768), (1, 768)]:
+                 (16, 768), (12, 768), (8, 768), (4, 768), (1, 768), (384, 128), (64, 128), (16, 128), (12, 256),
+                 (12, 1024), (16, 256), (384, 256)]:
         w = cupy.random.standard_normal((C, T), dtype=cupy.float32) / np.float32(np.sqrt(T))
         k = cupy.random.standard_normal((B, C, T), dtype=cupy.float32)
         g = cupy.random.standard_normal((B, C, T), dtype=cupy.float32)

@@ -133,7 +133,9 @@ def test_auto_takes_tf32x3_only_for_float32_where_measured_faster_and_t_up_to_10
     assert tx.tf32x3_auto("float32", 33, 1024) and tx.tf32x3_auto("float32", 384, 64, "grad_w")
     assert tx.tf32x3_auto("float32", 1, 1, "grad_w") and not tx.tf32x3_auto("float32", 384, 64)
     assert tx.tf32x3_auto("float32", 15, 768, "grad_w") and tx.tf32x3_auto("float32", 32, 2048, "grad_w")
-    assert not tx.tf32x3_auto("float32", 15, 768) and not tx.tf32x3_auto("float32", 32, 1025)
+    assert tx.tf32x3_auto("float32", 12, 768) and tx.tf32x3_auto("float32", 192, 128)
+    assert not tx.tf32x3_auto("float32", 11, 768) and not tx.tf32x3_auto("float32", 32, 1025)
+    assert not tx.tf32x3_auto("float32", 192, 127)
     assert not tx.tf32x3_auto("float32", 33, 2048, "grad_w") and not tx.tf32x3_auto("float32", 2, 2049, "grad_w")
     assert not any(tx.tf32x3_auto(dt, 64, 768, kern) for dt in ("float16", "bfloat16", "float64")
                    for kern in ("toeplitz", "grad_w"))
@@ -341,12 +343,13 @@ def test_toeplitz_tf32x3_kernels_both_directions(kernel):
             err = rel_err(runs[0], ref)
             assert err <= (1e-5 if T <= 1024 else TF32X3_TOL), (kernel, rev, B, C, T, err)
             assert np.array_equal(runs[0], runs[1]), (kernel, rev, B, C, T, "not deterministic")
-    check_forward((33, 3, 300), "float32", "tf32x3" if kernel == "frag" else "tf32x3_scalar")
+    check_forward((33, 3, 300), "float32", "tf32x3" if kernel == tx.TOEPLITZ_DEFAULT else "tf32x3_scalar")
 
 
 @gpu
 @pytest.mark.parametrize("shape", [(32, 2, 768), (33, 3, 1000), (40, 17, 1024), (16, 3, 257), (32, 2, 1023),
-                                   (64, 1, 1), (35, 3, 65), (16, 2, 7), (1, 1, 1), (3, 2, 2047), (31, 2, 2048)])
+                                   (64, 1, 1), (35, 3, 65), (16, 2, 7), (1, 1, 1), (3, 2, 2047), (31, 2, 2048),
+                                   (12, 3, 768), (13, 2, 129), (70, 2, 192)])
 def test_auto_tf32x3_keeps_float32_accuracy(shape, poison):
     """Where 'auto' takes a tensor-core kernel it must hold float32's 1e-5 (not the opt-in's 5e-5)."""
     assert tx.tf32x3_auto("float32", shape[0], shape[2], "grad_w")

@@ -34,9 +34,11 @@ VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "tf3
 LADDER = ("naive", "shared", "float4", "batch8", "balanced")  # the seed's rungs, in order
 BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
 TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3f / timex_tf32x3
-# Toeplitz tf32x3 kernels (format with REV): variant tf32x3 / tf32x3_scalar (run 5); frag_norot for the probe
-TOEPLITZ_TF32X3 = {"frag": "timex_tf32x3f<{}, true>", "scalar": "timex_tf32x3<{}>",
-                   "frag_norot": "timex_tf32x3f<{}, false>"}
+# Toeplitz tf32x3 kernels (format with REV): frag4 is variant tf32x3, scalar (the run-5 kernel) tf32x3_scalar;
+# frag (3 blocks/SM, register prefetch) and frag_norot (no warp-slice rotation) for the probe
+TOEPLITZ_TF32X3 = {"frag4": "timex_tf32x3f<{}, true, 4>", "frag": "timex_tf32x3f<{}, true, 3>",
+                   "frag_norot": "timex_tf32x3f<{}, false, 3>", "scalar": "timex_tf32x3<{}>"}
+TOEPLITZ_DEFAULT = "frag4"
 GRAD_W_TF32X3 = "frag2"   # tf32x3 grad_w kernel: timex_grad_w_frag<2> (frag1, and the first band kernel
                          # timex_grad_w_tf32x3 with 16 / 32 K rows per chunk, are compiled for the probe)
 GRAD_W_TF32X3_ALL = ("frag2", "frag1", 16, 32)
@@ -45,8 +47,9 @@ BAND = 64                # band tile of timex_grad_w_tf32x3 (TXB)
 # it faster and its error stays within float32's 1e-5. The error grows with the MMA accumulation length: the
 # Toeplitz kernel (forward, grad_k) sums over T (5.1e-6 at T = 1024, 1.0e-5 at 2048), grad_w over B*T/64 rows
 # (5.1e-6 at B*T = 32*2048). The Toeplitz tile is 32 b x 256 t: B < 16 or T < 256 tie or lose (measured);
-# the band grad_w has no batch tile and won at every measured B (1..384).
-TF32X3_TOEPLITZ = (16, 256, 1024)  # min B, min T, max T
+# the band grad_w has no batch tile and won at every measured B (1..384). Run 6 (fragment-order Toeplitz kernel,
+# benchmarks/runs/timex-run6-*): it also wins at B = 12 (T = 768) and T = 128, 192 (B = 192, 128).
+TF32X3_TOEPLITZ = (12, 128, 1024)  # min B, min T, max T
 TF32X3_GRAD_W = (2048, 32 * 2048)  # max T, max B*T
 SEED_RUNGS = {  # kernel, float32 only; preconditions checked by _seed_check
     "shared": "timex_shared", "float4": "timex_float4", "batch8": "timex_batch8", "balanced": "timex_balanced",
@@ -217,7 +220,7 @@ def timex_impl(w, k, eps: float = 0.0, variant: str = "auto"):
             _launch_tiled(dtype, name, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T)
         elif variant in ("tf32x3", "tf32x3_scalar"):
             _launch_tf32x3(dtype, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T,
-                           "scalar" if variant == "tf32x3_scalar" else "frag")
+                           "scalar" if variant == "tf32x3_scalar" else TOEPLITZ_DEFAULT)
         elif variant == "naive":
             _launch_naive(f"timex_naive<{CTYPES[dtype]}>", B * C * T,
                           (wc, np.int64(ws[0]), kc, np.int64(ks[0]), np.int64(ks[1]), out, eps,
@@ -245,7 +248,7 @@ def _launch_tiled(dtype, name, rev, w, ldw, x, sb, sc, out, eps, B, C, T, vec=No
                            np.int32(B), np.int32(C), np.int32(T)))
 
 
-def _launch_tf32x3(dtype, rev, w, ldw, x, sb, sc, out, eps, B, C, T, kernel="frag"):
+def _launch_tf32x3(dtype, rev, w, ldw, x, sb, sc, out, eps, B, C, T, kernel=TOEPLITZ_DEFAULT):
     """The Toeplitz product on the tensor cores; kernel: a key of TOEPLITZ_TF32X3."""
     if dtype != "float32":
         raise ValueError(f"timex: variant 'tf32x3' (split-precision TF32 tensor cores) is float32 only; got {dtype}")
