@@ -690,23 +690,9 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
 // Warp roles rotate with the channel: warp w takes the 64-t slice (w + c) % 4, so the co-resident blocks'
 // heavy slices (late t: longer u range) spread over the 4 SM sub-partitions instead of all landing on warp 3's
 // (ROT false: warp w takes slice w, as timex_tf32x3; for the probe).
-// MINB 4 (16 warps/SM at 128 registers): the next chunk travels by cp.async into thread-private raw slots
-// instead of registers (each thread splits only what it copied: no extra barrier).
 // Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1. REV as in timex_tiled.
-// 4-byte asynchronous copy global -> shared, zero-filled when !ok (src is then not read); rows.cuh has the
-// 16-byte form without the fill.
-__device__ __forceinline__ void cp_async4_zfill(float* smem, const float* src, bool ok) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((unsigned)__cvta_generic_to_shared(smem)),
-               "l"(src), "r"(ok ? 4 : 0) : "memory");
-}
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#define TX_F_MINB(m) 3  // sm_8x: 4 blocks/SM would spill 8 bytes; the MINB 4 instance runs at 3 there
-#else
-#define TX_F_MINB(m) (m)
-#endif
-template <bool REV, bool ROT, int MINB>
-__global__ void __launch_bounds__(TX_THREADS, TX_F_MINB(MINB))
+template <bool REV, bool ROT>
+__global__ void __launch_bounds__(TX_THREADS, 3)
 timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restrict__ k, long long sb, long long sc,
               float* __restrict__ out, double eps, int B, int C, int T) {
   constexpr int BM = 32, TN = 256, KU = 32, NTAP = TN + KU;
@@ -714,8 +700,6 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
   constexpr int NTP = (NTAP + TX_THREADS - 1) / TX_THREADS;  // 3 tap entries per thread
   __shared__ __align__(16) unsigned ahi[2][KU * BM], alo[2][KU * BM];
   __shared__ __align__(16) uint4 tp[2][NTAP];
-  constexpr bool ASYNC = MINB >= 4;
-  __shared__ float kraw[ASYNC ? KU * BM : 1], traw[ASYNC ? 2 * NTP * TX_THREADS : 1];
 
   const int c = blockIdx.x;
   const int t0 = (gridDim.y - 1 - blockIdx.y) * TN;
@@ -734,6 +718,7 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
   const long long br = b0 + (sl >> 2) + 8 * (se & 1);  // row of mt = 0 (mt = 1: +16)
   const int uq = (sl & 3) + 4 * (se >> 1);             // u offset of s = 0 (s: +8 s)
   const float* kr0 = k + (long long)c * sc + br * sb;
+  const float* kr1 = kr0 + 16 * sb;
   const bool ok0 = br < B, ok1 = br + 16 < B;
 
   float acc[2][8][4];
@@ -744,51 +729,35 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
 
-  float pk[ASYNC ? 1 : NK], pt[ASYNC ? 1 : NTP][2];
+  float pk[NK], pt[NTP][2];
   auto tap = [&](int d) { return (d >= 0 && d < T) ? wrow[T - 1 - d] : 0.f; };
   auto fetch = [&](int u0) {
 #pragma unroll
     for (int q = 0; q < NK; ++q) {
       const int u = u0 + 8 * (q >> 1) + uq;
-      const bool ok = (q & 1 ? ok1 : ok0) && u < T;
-      const float* src = kr0 + (q & 1 ? 16 * sb : 0) + (REV ? T - 1 - u : u);
-      if constexpr (ASYNC) cp_async4_zfill(&kraw[sx + q * TX_THREADS], ok ? src : k, ok);
-      else pk[q] = ok ? *src : 0.f;
+      const int ui = REV ? T - 1 - u : u;
+      pk[q] = ((q & 1 ? ok1 : ok0) && u < T) ? (q & 1 ? kr1 : kr0)[ui] : 0.f;
     }
 #pragma unroll
     for (int q = 0; q < NTP; ++q) {
-      const int i = threadIdx.x + q * TX_THREADS;
-      const int d = t0 - u0 - (KU - 1) + i;
-      if constexpr (ASYNC) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const bool ok = i < NTAP && d - 4 * h >= 0 && d - 4 * h < T;
-          cp_async4_zfill(&traw[(2 * q + h) * TX_THREADS + threadIdx.x], ok ? wrow + (T - 1 - d + 4 * h) : w, ok);
-        }
-      } else {
-        pt[q][0] = tap(d);
-        pt[q][1] = tap(d - 4);
-      }
+      const int d = t0 - u0 - (KU - 1) + threadIdx.x + q * TX_THREADS;
+      pt[q][0] = tap(d);
+      pt[q][1] = tap(d - 4);
     }
-    if constexpr (ASYNC) asm volatile("cp.async.commit_group;" ::: "memory");
   };
   auto stage = [&](int buf) {
-    if constexpr (ASYNC) asm volatile("cp.async.wait_group 0;" ::: "memory");  // this thread's own slots
 #pragma unroll
     for (int q = 0; q < NK; ++q) {
-      const float x = ASYNC ? kraw[sx + q * TX_THREADS] : pk[ASYNC ? 0 : q];
-      const unsigned hi = tf32_hi(x);
+      const unsigned hi = tf32_hi(pk[q]);
       ahi[buf][sx + q * TX_THREADS] = hi;
-      alo[buf][sx + q * TX_THREADS] = tf32_hi(x - __uint_as_float(hi));
+      alo[buf][sx + q * TX_THREADS] = tf32_hi(pk[q] - __uint_as_float(hi));
     }
 #pragma unroll
     for (int q = 0; q < NTP; ++q) {
       const int i = threadIdx.x + q * TX_THREADS;
       if (NTAP % TX_THREADS == 0 || i < NTAP) {
-        const float x0 = ASYNC ? traw[2 * q * TX_THREADS + threadIdx.x] : pt[ASYNC ? 0 : q][0];
-        const float x1 = ASYNC ? traw[(2 * q + 1) * TX_THREADS + threadIdx.x] : pt[ASYNC ? 0 : q][1];
-        const unsigned h0 = tf32_hi(x0), h1 = tf32_hi(x1);
-        tp[buf][i] = make_uint4(h0, h1, tf32_hi(x0 - __uint_as_float(h0)), tf32_hi(x1 - __uint_as_float(h1)));
+        const unsigned h0 = tf32_hi(pt[q][0]), h1 = tf32_hi(pt[q][1]);
+        tp[buf][i] = make_uint4(h0, h1, tf32_hi(pt[q][0] - __uint_as_float(h0)), tf32_hi(pt[q][1] - __uint_as_float(h1)));
       }
     }
   };
@@ -806,19 +775,23 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
 #pragma unroll
       for (int m = 0; m < 11; ++m) bf[m] = tp[buf][role * 64 + 8 * (m - 3) + grp - tig + KU - 1];
 #pragma unroll
-      for (int s = 0; s < KU / 8; ++s)
+      for (int s = 0; s < KU / 8; ++s) {
+        uint4 ah[2], al[2];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          const uint4 ah = reinterpret_cast<const uint4*>(ahi[buf])[(s * 2 + mt) * 32 + lane];
-          const uint4 al = reinterpret_cast<const uint4*>(alo[buf])[(s * 2 + mt) * 32 + lane];
+          ah[mt] = reinterpret_cast<const uint4*>(ahi[buf])[(s * 2 + mt) * 32 + lane];
+          al[mt] = reinterpret_cast<const uint4*>(alo[buf])[(s * 2 + mt) * 32 + lane];
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
             const uint4 b = bf[j - s + 3];
-            mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&al), b.x, b.y);
-            mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah), b.z, b.w);
-            mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah), b.x, b.y);
+            mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&al[mt]), b.x, b.y);
+            mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.z, b.w);
+            mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.x, b.y);
           }
-        }
+      }
     }
     if (ch + 1 < nchunks) stage(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
     __syncthreads();

@@ -86,11 +86,6 @@ def main():
     rows.append(("forward tf32x3_scalar (run 5)", timer(lambda: ck.timex(w, k, variant="tf32x3_scalar")), flop))
     rows.append(("grad_k tf32x3_scalar (run 5)", timer(
         lambda: tx._launch_tf32x3("float32", True, w, T, g, C * T, T, o, 0.0, B, C, T, "scalar")), flop))
-    for kern in ("frag", "frag4"):
-        for rev in (False, True):
-            rows.append((f"{'grad_k' if rev else 'forward'} tf32x3 {kern}", timer(
-                lambda: tx._launch_tf32x3("float32", rev, w, T, g if rev else k, C * T, T, o, 0.0, B, C, T, kern)),
-                flop))
     rows.append(("forward tf32x3 frag_norot", timer(
         lambda: tx._launch_tf32x3("float32", False, w, T, k, C * T, T, o, 0.0, B, C, T, "frag_norot")), flop))
     rows.append(("forward tf32x3 again", timer(lambda: ck.timex(w, k, variant="tf32x3")), flop))

@@ -34,11 +34,10 @@ VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "tf3
 LADDER = ("naive", "shared", "float4", "batch8", "balanced")  # the seed's rungs, in order
 BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
 TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3f / timex_tf32x3
-# Toeplitz tf32x3 kernels (format with REV): frag4 is variant tf32x3, scalar (the run-5 kernel) tf32x3_scalar;
-# frag (3 blocks/SM, register prefetch) and frag_norot (no warp-slice rotation) for the probe
-TOEPLITZ_TF32X3 = {"frag4": "timex_tf32x3f<{}, true, 4>", "frag": "timex_tf32x3f<{}, true, 3>",
-                   "frag_norot": "timex_tf32x3f<{}, false, 3>", "scalar": "timex_tf32x3<{}>"}
-TOEPLITZ_DEFAULT = "frag4"
+# Toeplitz tf32x3 kernels (format with REV): variant tf32x3 / tf32x3_scalar (run 5); frag_norot for the probe
+TOEPLITZ_TF32X3 = {"frag": "timex_tf32x3f<{}, true>", "scalar": "timex_tf32x3<{}>",
+                   "frag_norot": "timex_tf32x3f<{}, false>"}
+TOEPLITZ_DEFAULT = "frag"
 GRAD_W_TF32X3 = "frag2"   # tf32x3 grad_w kernel: timex_grad_w_frag<2> (frag1, and the first band kernel
                          # timex_grad_w_tf32x3 with 16 / 32 K rows per chunk, are compiled for the probe)
 GRAD_W_TF32X3_ALL = ("frag2", "frag1", 16, 32)
@@ -48,7 +47,7 @@ BAND = 64                # band tile of timex_grad_w_tf32x3 (TXB)
 # Toeplitz kernel (forward, grad_k) sums over T (5.1e-6 at T = 1024, 1.0e-5 at 2048), grad_w over B*T/64 rows
 # (5.1e-6 at B*T = 32*2048). The Toeplitz tile is 32 b x 256 t: B < 16 or T < 256 tie or lose (measured);
 # the band grad_w has no batch tile and won at every measured B (1..384). Run 6 (fragment-order Toeplitz kernel,
-# benchmarks/runs/timex-run6-*): it also wins at B = 12 (T = 768) and T = 128, 192 (B = 192, 128).
+# benchmarks/runs/timex-run6-call1): it also wins at B = 12 (T = 768) and T = 128, 192 (B = 192, 128).
 TF32X3_TOEPLITZ = (12, 128, 1024)  # min B, min T, max T
 TF32X3_GRAD_W = (2048, 32 * 2048)  # max T, max B*T
 SEED_RUNGS = {  # kernel, float32 only; preconditions checked by _seed_check
