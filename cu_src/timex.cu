@@ -689,7 +689,7 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
 // Two shared buffers, so one barrier per chunk (the next chunk is stored after this one's MMAs).
 // Warp roles rotate with the channel: warp w takes the 64-t slice (w + c) % 4, so the co-resident blocks'
 // heavy slices (late t: longer u range) spread over the 4 SM sub-partitions instead of all landing on warp 3's
-// (ROT false: warp w takes slice w, as timex_tf32x3; for the probe).
+// (ROT false, the default: warp w takes slice w, as timex_tf32x3; the rotation measured 1-4% slower).
 // Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1. REV as in timex_tiled.
 template <bool REV, bool ROT>
 __global__ void __launch_bounds__(TX_THREADS, 3)

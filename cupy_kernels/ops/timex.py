@@ -34,10 +34,12 @@ VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "tf3
 LADDER = ("naive", "shared", "float4", "batch8", "balanced")  # the seed's rungs, in order
 BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
 TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3f / timex_tf32x3
-# Toeplitz tf32x3 kernels (format with REV): variant tf32x3 / tf32x3_scalar (run 5); frag_norot for the probe
+# Toeplitz tf32x3 kernels (format with REV): variant tf32x3 = frag_norot, tf32x3_scalar = run 5's kernel;
+# frag (warp roles rotated with the channel) for the probe: run 6 measured it 1.3-4.5% slower than fixed
+# roles (forward 0.2615 vs 0.2582 ms, 0.2681 vs 0.2566; benchmarks/runs/timex-run6-call*/probe.log)
 TOEPLITZ_TF32X3 = {"frag": "timex_tf32x3f<{}, true>", "scalar": "timex_tf32x3<{}>",
                    "frag_norot": "timex_tf32x3f<{}, false>"}
-TOEPLITZ_DEFAULT = "frag"
+TOEPLITZ_DEFAULT = "frag_norot"
 GRAD_W_TF32X3 = "frag2"   # tf32x3 grad_w kernel: timex_grad_w_frag<2> (frag1, and the first band kernel
                          # timex_grad_w_tf32x3 with 16 / 32 K rows per chunk, are compiled for the probe)
 GRAD_W_TF32X3_ALL = ("frag2", "frag1", 16, 32)
