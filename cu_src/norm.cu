@@ -161,11 +161,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
 // group visits; a block of one group (G = block) writes them straight out, a block of several groups
 // (G <= 32) sums them in group order through dynamic shared memory of blockDim.x * NormBwdPacks * V
 // accumulators. dw_part / db_part may be null (not wanted).
-// STAGE (aligned rows, a block of one group): dynamic shared memory of 2 * packs * blockDim.x packs holds
-// the next row's src and dy, copied (cp.async) while this row is reduced, exchanged and written (as
-// softmax_bwd; the host uses it only where it measured faster: layer_norm from x, a 512-thread block a
-// row); a template argument so the unstaged instance stays the code it was.
-template <typename T, int MODE, int FROM_OUTPUT, bool STAGE>
+template <typename T, int MODE, int FROM_OUTPUT>
 __global__ void __launch_bounds__(NormBwdThreads<T>::value, 2) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                   const T* __restrict__ w, const T* __restrict__ b,
                                                   const typename AccOf<T>::type* __restrict__ mean_in,
@@ -181,7 +177,7 @@ __global__ void __launch_bounds__(NormBwdThreads<T>::value, 2) norm_bwd(const T*
   constexpr int MAXP = NormBwdPacks<T>::value;
   constexpr int K = MAXP * V;  // accumulator slots per thread: slot p * V + e
   __shared__ A scratch[64];
-  extern __shared__ __align__(16) unsigned char dyn_smem[];  // 16-byte cp.async slots when staged
+  extern __shared__ unsigned char dyn_smem[];
   const int gpb = blockDim.x / G, gi = threadIdx.x / G;
   const int part = blockIdx.x % parts;
   const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
@@ -197,18 +193,11 @@ __global__ void __launch_bounds__(NormBwdThreads<T>::value, 2) norm_bwd(const T*
   for (int k = 0; k < (MODE == LAYER ? K : 1); ++k) ab[k] = A(0);
 
   const long long stride = nrg * gpb;
-  P* const sx = reinterpret_cast<P*>(dyn_smem);
-  P* const sd = sx + packs * blockDim.x;
-  long long row = rg * gpb + gi;
-  if (STAGE && row < rows) {
-    stage_packs<T, MAXP>(sx, src + row * n + begin, L);
-    stage_packs<T, MAXP>(sd, dy + row * n + begin, L);
-    cp_async_commit();
-  }
-  for (; row < rows; row += stride) {
+  for (long long row = rg * gpb + gi; row < rows; row += stride) {
     const long long off = row * n + begin;
-    P rx[MAXP], rd[MAXP];  // zero dy past the end: no contribution anywhere
-    load_row_pair<STAGE, T, MAXP>(rx, rd, sx, sd, src, dy, off, stride * n, row + stride < rows, L);
+    P rx[MAXP], rd[MAXP];
+    load_packs<T, MAXP>(rx, src + off, L, 0.f);
+    load_packs<T, MAXP>(rd, dy + off, L, 0.f);  // zero dy past the end: no contribution anywhere
     const A rstd = rstd_in[row];
     const A mean = MODE == LAYER && !FROM_OUTPUT ? mean_in[row] : A(0);
     // xhat and g of one element (the same arithmetic in both passes).

@@ -14,7 +14,7 @@ def norm_suite(quick: bool):
 
     import cupy_kernels as ck
     from .._runtime import to_cupy
-    from ..ops.norm import STAGE_DTYPES, norm_backward_impl, norm_forward_impl
+    from ..ops.norm import norm_backward_impl, norm_forward_impl
 
     for shape, dtype in SHAPES[:3] if quick else SHAPES:
         (x, xc), (s, sc), (dy, dyc) = tensors(shape, dtype, 3)
@@ -50,7 +50,6 @@ def norm_suite(quick: bool):
         ln_out, ln_mean, ln_rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
         yc = to_cupy(ln_out)
         _, _, rstd_rms = norm_forward_impl(xc, wc, None, 1e-6, "rms_norm")
-        staged = dtype in STAGE_DTYPES and 4096 < n <= 8192  # layer_norm bwd staged: one 512-thread block a row
         yield Group("layer_norm backward", label, dtype,
                     {"cupy_kernels": lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm"),
                      "cupy_kernels from output (after layer_norm_)":
@@ -62,9 +61,6 @@ def norm_suite(quick: bool):
                          "ladder: long rows, one launch, counter exchange":
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="counter")}
                         if n >= 8192 else {}),
-                     **({"ladder: next row not staged (register loads)":
-                         lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="unstaged")}
-                        if staged else {}),
                      "ladder: dx only (no dweight / dbias partial rows, no column_sum)":
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", need_dw=False,
                                                     need_db=False),

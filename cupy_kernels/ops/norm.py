@@ -9,7 +9,7 @@ from . import _rowwise as rw
 SOURCE = KernelSource("norm.cu")
 MODES = {"layer_norm": 0, "rms_norm": 1}
 # Largest blocks: norm_fwd rw.fwd_threads(dtype) (1024; float64 512), norm_bwd bwd_threads(dtype).
-VARIANTS = ("auto", "block", "scalar", "split", "exchange", "counter", "unstaged")
+VARIANTS = ("auto", "block", "scalar", "split", "exchange", "counter")
 COUNTER_EXCHANGE = {"fwd": False, "bwd": False}  # one-launch long rows: tagged words (False) or counters
 
 
@@ -52,22 +52,8 @@ def _fwd(dtype, mode):
     return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}>"
 
 
-def _bwd(dtype, mode, from_output, stage=False):
-    return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {'true' if stage else 'false'}>"
-
-
-# Backward: the next row's x and dy staged in shared memory (cp.async; norm_bwd<..., true>, as softmax
-# backward) only where it measured faster: layer_norm from x on the one-block 512-thread path (8192² bf16
-# 213.3 -> 205.2 us). Slower or equal elsewhere (same process, 9efeeeb): rms_norm 8192² 139.1 -> 145.1 and
-# 1024x32768 114.4 -> 117.1, layer_norm 1024x32768 (multi-block) 156.9 -> 156.8, from the output slower
-# than the previous run; benchmarks/notes.md. variant="unstaged" keeps the register loads (ladder row).
-STAGE_BWD = ("block",)
-STAGE_DTYPES = ("float16", "bfloat16")
-
-
-def stage_bytes(dtype: str, threads: int) -> int:
-    """Dynamic shared memory of norm_bwd's staged next row: x and dy, packs * threads 16-byte slots each."""
-    return 2 * bwd_maxp(dtype) * threads * 16
+def _bwd(dtype, mode, from_output):
+    return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}>"
 
 
 def _colsum(dtype):
@@ -76,7 +62,6 @@ def _colsum(dtype):
 
 SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
-               + [_bwd(t, "layer_norm", 0, True) for t in STAGE_DTYPES]
                + [_colsum(t) for t in FLOAT_DTYPES])
 
 
@@ -219,18 +204,6 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                         long_rows="exchange" if variant == "counter" else
                         variant if variant in ("split", "exchange") else None)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, s2, d2, dx2, w, b)
-            smem = bwd_smem(dtype, p.threads, p.group)
-            if (variant != "unstaged" and mode == "layer_norm" and not from_output and dtype in STAGE_DTYPES and al
-                    and p.path in STAGE_BWD and p.threads == max_threads):
-                name = _bwd(dtype, mode, from_output, stage=True)
-                kernel = SOURCE.kernel(name)
-                p = rw.plan(rows, n, dtype, bwd_maxp(dtype), max_threads, current().sm_count, persistent=True,
-                            force=variant if variant == "block" else None,
-                            min_blocks=bwd_min_blocks(dtype, from_output),
-                            occupancy=rw.occupancy(kernel, name, lambda t: stage_bytes(dtype, t)),
-                            long_rows="exchange" if variant == "counter" else
-                            variant if variant in ("split", "exchange") else None)
-                smem = stage_bytes(dtype, p.threads)  # 32 KB at 512 threads: within the default 48 KB
             counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["bwd"])
             sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
             nrg = p.grid // p.parts
@@ -243,7 +216,7 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                         rw.ptr(dw_part if last else None), rw.ptr(db_part if last else None), np.int64(rows),
                         np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts),
                         np.int32(al), np.int32(phase), sync, slots),
-                       shared_mem=smem)
+                       shared_mem=bwd_smem(dtype, p.threads, p.group))
             if want_w or want_b:
                 SOURCE.kernel(_colsum(dtype))(
                     (ceil_div(n, 32), 2), (32, 32),
