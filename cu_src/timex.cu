@@ -558,6 +558,22 @@ __device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// A warp's 32 b x 64 t accumulators (2 x 8 m16n8 tiles) + eps into out: rows b0.., times t0.. (REV: reversed).
+template <bool REV>
+__device__ __forceinline__ void store_warp_tile(const float (&acc)[2][8][4], float* __restrict__ out, float e,
+                                                long long b0, int t0, int grp, int tig, int c, int B, int C, int T) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const long long b = b0 + 16 * mt + grp + (x >= 2 ? 8 : 0);
+        const int t = t0 + 8 * j + 2 * tig + (x & 1);
+        if (b < B && t < T) out[(b * C + c) * (long long)T + (REV ? T - 1 - t : t)] = acc[mt][j][x] + e;
+      }
+}
+
 template <bool REV>
 __global__ void __launch_bounds__(TX_THREADS, 3)
 timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict__ k, long long sb, long long sc,
@@ -665,17 +681,7 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
     }
   }
 
-  const float e = (float)eps;
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const long long b = b0 + 16 * mt + grp + (x >= 2 ? 8 : 0);
-        const int t = t0 + warp * 64 + 8 * j + 2 * tig + (x & 1);
-        if (b < B && t < T) out[(b * C + c) * (long long)T + (REV ? T - 1 - t : t)] = acc[mt][j][x] + e;
-      }
+  store_warp_tile<REV>(acc, out, (float)eps, b0, t0 + warp * 64, grp, tig, c, B, C, T);
 }
 
 // ---- the Toeplitz kernel with fragment-order staging (the tf32x3 default since run 6) ----------------
@@ -797,17 +803,7 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
     __syncthreads();
   }
 
-  const float e = (float)eps;
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const long long b = b0 + 16 * mt + grp + (x >= 2 ? 8 : 0);
-        const int t = t0 + role * 64 + 8 * j + 2 * tig + (x & 1);
-        if (b < B && t < T) out[(b * C + c) * (long long)T + (REV ? T - 1 - t : t)] = acc[mt][j][x] + e;
-      }
+  store_warp_tile<REV>(acc, out, (float)eps, b0, t0 + role * 64, grp, tig, c, B, C, T);
 }
 
 // ---- grad_w on the tensor cores: diagonal bands (variant "tf32x3", float32 only) -------------------
