@@ -2,7 +2,6 @@
 the caller's device and current stream (torch's current stream for tensors), with clear errors."""
 from __future__ import annotations
 
-import contextlib
 import sys
 
 import numpy as np
@@ -164,31 +163,6 @@ def _external_stream(ptr: int, device_id: int):
         s = from_external(_StreamHandle(ptr)) if from_external else cupy.cuda.ExternalStream(ptr, device_id)
         _streams[key] = s
     return s
-
-
-_sides: dict = {}
-
-
-@contextlib.contextmanager
-def forked():
-    """Launches inside run on a second stream that starts after the current stream's work so far and is
-    joined back into it at exit: two independent kernels overlap, one filling the other's last wave.
-    Safe under CUDA graph capture (event fork / join)."""
-    import cupy
-
-    main = cupy.cuda.get_current_stream()
-    key = (cupy.cuda.Device().id, main.ptr)
-    side = _sides.get(key)
-    if side is None:
-        side = _sides[key] = cupy.cuda.Stream(non_blocking=True)
-    start = cupy.cuda.Event(disable_timing=True)
-    start.record(main)
-    side.wait_event(start)
-    with side:
-        yield
-    done = cupy.cuda.Event(disable_timing=True)
-    done.record(side)
-    main.wait_event(done)
 
 
 def _layout(arr) -> tuple:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._runtime import (CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, dtype_name, forked, is_torch,
+from .._runtime import (CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, dtype_name, is_torch,
                         use_shared_memory)
 
 SOURCE = KernelSource("timex.cu")
@@ -354,9 +354,8 @@ def timex_backward_impl(w, k, grad_out, variant: str = "auto"):
             else:
                 _launch_tiled(dtype, choose_tiled(dtype, B), True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
             if tf or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w")):
-                ws = call.empty((C, ceil_div(T, BAND), 2 * BAND), "float32")
-                with forked():  # beside grad_k: each fills the other's last wave
-                    _launch_grad_w_tf32x3(dtype, kc, ks, gc, gs, gw, B, C, T, ws)
+                _launch_grad_w_tf32x3(dtype, kc, ks, gc, gs, gw, B, C, T,
+                                      call.empty((C, ceil_div(T, BAND), 2 * BAND), "float32"))
             else:
                 _launch_grad_w(dtype, None, kc, ks, gc, gs, gw, B, C, T)
         return call.result(gw), call.result(gk)
