@@ -126,90 +126,93 @@ def _mma(acc, a, b):
         acc[lane] = [Cm[g, 2 * t], Cm[g, 2 * t + 1], Cm[g + 8, 2 * t], Cm[g + 8, 2 * t + 1]]
 
 
+def _toeplitz_grid(k, eps, REV, chunk):
+    """Both Toeplitz kernels' grid (32 b x 256 t blocks, the last t tile first): per block, chunk(c, t0, b0,
+    u0, acc) adds each 32-wide u chunk into acc[slice][lane][mt][j][x]; then the epilogue stores it."""
+    B, C, T = k.shape
+    out = np.full((B, C, T), np.nan)
+    gy, gz = -(-T // 256), -(-B // 32)
+    for c in range(C):
+        for by in range(gy):
+            for bz in range(gz):
+                t0, b0 = (gy - 1 - by) * 256, bz * 32
+                acc = np.zeros((4, 32, 2, 8, 4))
+                for ch in range((min(t0 + 256, T) + 31) // 32):
+                    chunk(c, t0, b0, ch * 32, acc)
+                _store(out, acc, b0, t0, c, eps, REV)
+    return out
+
+
 def tf32x3(w, k, eps, REV):
     """timex_tf32x3<REV> with exact products (the hi/lo split is a precision matter, not an index one)."""
     B, C, T = k.shape
     BM, TN, KU, KSU = 32, 256, 32, 36
     NTAP = TN + KU
-    out = np.full((B, C, T), np.nan)
-    gy, gz = -(-T // TN), -(-B // BM)
-    for c in range(C):
-        for by in range(gy):
-            for bz in range(gz):
-                t0, b0 = (gy - 1 - by) * TN, bz * BM
-                acc = np.zeros((4, 32, 2, 8, 4))
-                for ch in range((min(t0 + TN, T) + KU - 1) // KU):
-                    u0 = ch * KU
-                    kh = np.full(BM * KSU, np.nan)
-                    for idx in range(KU * BM):
-                        b, u = b0 + idx // KU, u0 + idx % KU
-                        kh[(idx // KU) * KSU + idx % KU] = k[b, c, T - 1 - u if REV else u] if (b < B and u < T) else 0
-                    th = np.array([w[c, T - 1 - d] if 0 <= d < T else 0.0
-                                   for d in range(t0 - u0 - (KU - 1), t0 - u0 - (KU - 1) + NTAP)])
-                    for warp in range(4):
-                        warp_tmax = t0 + (warp + 1) * 64 - 1
-                        if u0 > warp_tmax or warp_tmax - 64 >= T - 1:
-                            continue
-                        bfr = np.zeros((32, 11, 2))
-                        for lane in range(32):
-                            grp, tig = lane >> 2, lane & 3
-                            for m in range(11):
-                                i = warp * 64 + 8 * (m - 3) + grp - tig + KU - 1
-                                bfr[lane, m] = [th[i], th[i - 4]]
-                        for s in range(KU // 8):
-                            afr = np.zeros((32, 2, 4))
-                            for lane in range(32):
-                                grp, tig = lane >> 2, lane & 3
-                                for mt in range(2):
-                                    r = (16 * mt + grp) * KSU + 8 * s + tig
-                                    afr[lane, mt] = [kh[r], kh[r + 8 * KSU], kh[r + 4], kh[r + 8 * KSU + 4]]
-                            for mt in range(2):
-                                for j in range(8):
-                                    _mma(acc[warp, :, mt, j], afr[:, mt], bfr[:, j - s + 3])
-                _store(out, acc, b0, t0, c, eps, REV)
-    return out
+
+    def chunk(c, t0, b0, u0, acc):
+        kh = np.full(BM * KSU, np.nan)
+        for idx in range(KU * BM):
+            b, u = b0 + idx // KU, u0 + idx % KU
+            kh[(idx // KU) * KSU + idx % KU] = k[b, c, T - 1 - u if REV else u] if (b < B and u < T) else 0
+        th = np.array([w[c, T - 1 - d] if 0 <= d < T else 0.0
+                       for d in range(t0 - u0 - (KU - 1), t0 - u0 - (KU - 1) + NTAP)])
+        for warp in range(4):
+            warp_tmax = t0 + (warp + 1) * 64 - 1
+            if u0 > warp_tmax or warp_tmax - 64 >= T - 1:
+                continue
+            bfr = np.zeros((32, 11, 2))
+            for lane in range(32):
+                grp, tig = lane >> 2, lane & 3
+                for m in range(11):
+                    i = warp * 64 + 8 * (m - 3) + grp - tig + KU - 1
+                    bfr[lane, m] = [th[i], th[i - 4]]
+            for s in range(KU // 8):
+                afr = np.zeros((32, 2, 4))
+                for lane in range(32):
+                    grp, tig = lane >> 2, lane & 3
+                    for mt in range(2):
+                        r = (16 * mt + grp) * KSU + 8 * s + tig
+                        afr[lane, mt] = [kh[r], kh[r + 8 * KSU], kh[r + 4], kh[r + 8 * KSU + 4]]
+                for mt in range(2):
+                    for j in range(8):
+                        _mma(acc[warp, :, mt, j], afr[:, mt], bfr[:, j - s + 3])
+
+    return _toeplitz_grid(k, eps, REV, chunk)
 
 
 def tf32x3f(w, k, eps, REV):
-    """timex_tf32x3f<REV>: fragment-order k tile and tap-pair window, rotated warp roles, two buffers
+    """timex_tf32x3f<REV, true>: fragment-order k tile and tap-pair window, rotated warp roles, two buffers
     (exact products)."""
     B, C, T = k.shape
     BM, TN, KU = 32, 256, 32
     NTAP = TN + KU
-    out = np.full((B, C, T), np.nan)
-    gy, gz = -(-T // TN), -(-B // BM)
     tap = lambda c, d: w[c, T - 1 - d] if 0 <= d < T else 0.0
-    for c in range(C):
-        for by in range(gy):
-            for bz in range(gz):
-                t0, b0 = (gy - 1 - by) * TN, bz * BM
-                acc = np.zeros((4, 32, 2, 8, 4))
-                for ch in range((min(t0 + TN, T) + KU - 1) // KU):
-                    u0 = ch * KU
-                    a = np.full(KU * BM, np.nan)  # staged words as the kernel's threads write them
-                    for x in range(128):
-                        sl, se = x >> 2, x & 3
-                        br, uq = b0 + (sl >> 2) + 8 * (se & 1), (sl & 3) + 4 * (se >> 1)
-                        for q in range(KU * BM // 128):
-                            b, u = br + 16 * (q & 1), u0 + 8 * (q >> 1) + uq
-                            a[x + q * 128] = k[b, c, T - 1 - u if REV else u] if (b < B and u < T) else 0.0
-                    tp = np.full((NTAP, 2), np.nan)
-                    for i in range(NTAP):
-                        d = t0 - u0 - (KU - 1) + i
-                        tp[i] = [tap(c, d), tap(c, d - 4)]
-                    for warp in range(4):
-                        role = (warp + c) & 3
-                        if u0 > t0 + (role + 1) * 64 - 1 or t0 + role * 64 >= T:
-                            continue
-                        bfr = np.array([[tp[role * 64 + 8 * (m - 3) + (l >> 2) - (l & 3) + KU - 1] for m in range(11)]
-                                        for l in range(32)])
-                        for s in range(KU // 8):
-                            for mt in range(2):
-                                afr = np.array([a[((s * 2 + mt) * 32 + l) * 4:][:4] for l in range(32)])
-                                for j in range(8):
-                                    _mma(acc[role, :, mt, j], afr, bfr[:, j - s + 3])
-                _store(out, acc, b0, t0, c, eps, REV)
-    return out
+
+    def chunk(c, t0, b0, u0, acc):
+        a = np.full(KU * BM, np.nan)  # staged words as the kernel's threads write them
+        for x in range(128):
+            sl, se = x >> 2, x & 3
+            br, uq = b0 + (sl >> 2) + 8 * (se & 1), (sl & 3) + 4 * (se >> 1)
+            for q in range(KU * BM // 128):
+                b, u = br + 16 * (q & 1), u0 + 8 * (q >> 1) + uq
+                a[x + q * 128] = k[b, c, T - 1 - u if REV else u] if (b < B and u < T) else 0.0
+        tp = np.full((NTAP, 2), np.nan)
+        for i in range(NTAP):
+            d = t0 - u0 - (KU - 1) + i
+            tp[i] = [tap(c, d), tap(c, d - 4)]
+        for warp in range(4):
+            role = (warp + c) & 3
+            if u0 > t0 + (role + 1) * 64 - 1 or t0 + role * 64 >= T:
+                continue
+            bfr = np.array([[tp[role * 64 + 8 * (m - 3) + (l >> 2) - (l & 3) + KU - 1] for m in range(11)]
+                            for l in range(32)])
+            for s in range(KU // 8):
+                for mt in range(2):
+                    afr = np.array([a[((s * 2 + mt) * 32 + l) * 4:][:4] for l in range(32)])
+                    for j in range(8):
+                        _mma(acc[role, :, mt, j], afr, bfr[:, j - s + 3])
+
+    return _toeplitz_grid(k, eps, REV, chunk)
 
 
 def _store(out, acc, b0, t0, c, eps, REV):
