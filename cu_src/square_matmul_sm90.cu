@@ -221,6 +221,38 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TmaMap& map, int c0
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
       ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
+// The same box into the shared memory of every CTA of the cluster named in `mask` (same offsets), each
+// copy completing as bytes on that CTA's barrier at `bar`'s offset.
+__device__ __forceinline__ void tma_load_multicast(unsigned dst, const TmaMap& map, int c0, int c1, unsigned bar,
+                                                   unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n"
+      ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+// Arrive on the barrier at `bar`'s offset in the shared memory of cluster CTA `cta` (this one included).
+__device__ __forceinline__ void mbar_arrive_cta(unsigned bar, unsigned cta) {
+  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n"
+               ::"r"(bar), "r"(cta) : "memory");
+}
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// A stage's empty barrier at `bar` (this CTA's offset): CL > 1 arrives on it in every CTA of the cluster (this
+// CTA's consumers are done with their copy of the stage, which the peers' multicasts also fill).
+template <int CL> __device__ __forceinline__ void release(unsigned bar) {
+  if constexpr (CL > 1) {
+#pragma unroll
+    for (int c = 0; c < CL; ++c) mbar_arrive_cta(bar, c);
+  } else {
+    mbar_arrive(bar);
+  }
+}
 // Box from shared memory to (c0, c1) of the tensor; parts outside it are not written.
 __device__ __forceinline__ void tma_store(const TmaMap& map, int c0, int c1, unsigned src) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
@@ -253,23 +285,32 @@ __device__ __forceinline__ void stage_fragment(const float (&d)[128], unsigned c
 #endif
 
 // Warp-specialised wgmma kernel for float16 / bfloat16, Hopper only. Launch: 1-D grid of
-// min(SMs, tiles) blocks (>= tiles_n, the host checks), 384 threads, tma_smem(STORE_WARP) bytes of dynamic
-// shared memory; ctrl zeroed. Tiles are 128 x 256, dealt round-robin (tile = blockIdx.x + i * gridDim.x), so
-// a block never holds two tiles of one row block and a tile only waits for tiles of smaller index: no
-// deadlock. One thread of warpgroup 0 loads tma_stages() stages ahead with TMA (A [128][64] and W as
-// [256 n][64 k] or four [64 k][64 n] atoms, 128-byte swizzle, out-of-range zeros); warpgroups 1 and 2 each
-// multiply 64 rows x 256 columns (m64n256k16) and release each stage through an mbarrier.
+// CL x min(resident clusters, tiles) blocks (>= tiles_n clusters, the host checks), clusters of CL blocks
+// along x (CL > 1: the launch's cluster attribute), 384 threads, tma_smem(STORE_WARP) bytes of dynamic
+// shared memory; ctrl zeroed, 1 + CL * ceil(row blocks / CL) counters. A tile is CL row blocks x 256 columns
+// (CTA rank r of the cluster takes row block CL * (t / tiles_n) + r), dealt round-robin over the clusters
+// (tile = cluster id + i * clusters), so a cluster never holds two tiles of one row block and a tile only
+// waits for tiles of smaller index: no deadlock. One thread of warpgroup 0 loads tma_stages() stages ahead
+// with TMA (A [128][64] and W as [256 n][64 k] or four [64 k][64 n] atoms, 128-byte swizzle, out-of-range
+// zeros); warpgroups 1 and 2 each multiply 64 rows x 256 columns (m64n256k16) and release each stage
+// through an mbarrier.
 //  - STORE_WARP: the consumers write the tile (+ bias) into shared memory and go on to the next tile; one
 //    thread of warp 1 announces the row block's reads, waits for the row block, and writes the tile to A
 //    with TMA stores, so neither the wait nor the stores stall the tensor cores.
 //  - else the consumers wait for the row block themselves and store from registers.
-// map_a: A (m rows x n), box 64 x 128; map_w: W, box 64 x 256 (TRANS) or 64 x 64. n % 8 == 0, m < 2^31.
-template <typename T, bool TRANS, bool STORE_WARP>
+//  - CL = 2 (STORE_WARP only): the two CTAs of a cluster share the W tile of every k step: each loads its
+//    half with a TMA multicast into both CTAs' shared memory (half the L2 -> SM bytes of W). A stage is
+//    refilled only when the consumers of both CTAs have released it (empty barriers count 2 x 2 arrivals,
+//    local and remote), and a CTA's producer leaves only after the last releases reached it.
+// map_a: A (m rows x n), box 64 x 128; map_w: W, box 64 x (256 / CL) (TRANS) or 64 x 64. n % 8 == 0,
+// m + 128 * CL < 2^31.
+template <typename T, bool TRANS, bool STORE_WARP, int CL = 1>
 __global__ void __launch_bounds__(TMA_THREADS, 1)
 sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_w, T* a,
          const T* __restrict__ bias, int has_bias, long long m, int n, unsigned* ctrl, unsigned tiles_n,
          unsigned total_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(CL == 1 || (CL == 2 && STORE_WARP), "clusters of two, with the store warp");
   constexpr int S = tma_stages(STORE_WARP);
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long full_bar[S], empty_bar[S], c_full, c_empty;
@@ -281,28 +322,42 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
   const int ktiles = (n + BK - 1) / BK;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(smem_addr(&full_bar[s]), 1);    // the producer's expect_tx; the bytes complete it
-      mbar_init(smem_addr(&empty_bar[s]), 2);   // one arrival per consumer warpgroup
+      mbar_init(smem_addr(&full_bar[s]), 1);        // the producer's expect_tx; the bytes complete it
+      mbar_init(smem_addr(&empty_bar[s]), 2 * CL);  // one arrival per consumer warpgroup of the cluster
     }
     mbar_init(smem_addr(&c_full), 2);           // both consumer warpgroups staged their halves
     mbar_init(smem_addr(&c_empty), 1);          // the store warp's TMA stores have read the tile
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (CL > 1)
+    cluster_sync_all();  // the peer's barriers exist before anything multicasts or arrives there
+  else
+    __syncthreads();
 
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (tid == 0) {  // producer
+      const unsigned rank = CL > 1 ? cluster_rank() : 0;
       unsigned it = 0;  // k steps issued so far, over all tiles: stage it % S, pass it / S
-      for (unsigned t = blockIdx.x; t < total_tiles; t += gridDim.x) {
-        const int row0 = (int)(t / tiles_n) * BM, n0 = (int)(t % tiles_n) * TBN;
+      for (unsigned t = blockIdx.x / CL; t < total_tiles; t += gridDim.x / CL) {
+        const int row0 = (int)((t / tiles_n) * CL + rank) * BM, n0 = (int)(t % tiles_n) * TBN;
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
           const unsigned s = it % S, full = smem_addr(&full_bar[s]);
           mbar_wait(smem_addr(&empty_bar[s]), ((it / S) & 1) ^ 1);
-          mbar_expect_tx(full, (A_STAGE + B_STAGE) * 2);
+          mbar_expect_tx(full, (A_STAGE + B_STAGE) * 2);  // CL > 1: half of W comes from the peer
           tma_load(As + s * A_STAGE * 2, map_a, kt * BK, row0, full);
           const unsigned bs = Bs + s * B_STAGE * 2;
-          if (TRANS) {
+          if (CL > 1) {
+            if (TRANS) {  // rows n0 + 128 r ... of the [256 n][64 k] tile
+              tma_load_multicast(bs + rank * (TBN / 2) * 128, map_w, kt * BK, n0 + (TBN / 2) * rank, full, 3);
+            } else {      // atoms 2r, 2r + 1
+#pragma unroll
+              for (int j = 0; j < 2; ++j) {
+                const int q = 2 * rank + j;
+                tma_load_multicast(bs + q * 8192, map_w, n0 + 64 * q, kt * BK, full, 3);
+              }
+            }
+          } else if (TRANS) {
             tma_load(bs, map_w, kt * BK, n0, full);
           } else {
 #pragma unroll
@@ -310,12 +365,17 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
           }
         }
       }
+      if (CL > 1) {  // stay until both CTAs' consumers have released every stage (their last remote arrivals)
+        for (int s = 0; s < S; ++s, ++it) mbar_wait(smem_addr(&empty_bar[it % S]), ((it / S) & 1) ^ 1);
+      }
     } else if (STORE_WARP && tid == 32) {  // store warp
+      const unsigned rank = CL > 1 ? cluster_rank() : 0;
       unsigned i = 0;
-      for (unsigned t = blockIdx.x; t < total_tiles; t += gridDim.x, ++i) {
+      for (unsigned t = blockIdx.x / CL; t < total_tiles; t += gridDim.x / CL, ++i) {
         mbar_wait(smem_addr(&c_full), i & 1);
-        row_block_arrive_wait(ctrl + 1 + t / tiles_n, tiles_n);
-        const int row0 = (int)(t / tiles_n) * BM, n0 = (int)(t % tiles_n) * TBN;
+        const unsigned rb = (t / tiles_n) * CL + rank;
+        row_block_arrive_wait(ctrl + 1 + rb, tiles_n);
+        const int row0 = (int)rb * BM, n0 = (int)(t % tiles_n) * TBN;
 #pragma unroll
         for (int j = 0; j < 4; ++j) tma_store(map_a, n0 + 64 * j, row0, Cs + j * (BM * 128));
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
@@ -330,9 +390,10 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
   const int cw = wg - 1, ctid = tid - 128, lane = tid & 31, wq = (tid >> 5) & 3;
   const bool signals = (tid & 127) == 0;  // one thread per warpgroup releases stages
+  const unsigned rank = CL > 1 ? cluster_rank() : 0;
   unsigned it = 0, i = 0;
-  for (unsigned t = blockIdx.x; t < total_tiles; t += gridDim.x, ++i) {
-    const unsigned rb = t / tiles_n;
+  for (unsigned t = blockIdx.x / CL; t < total_tiles; t += gridDim.x / CL, ++i) {
+    const unsigned rb = (t / tiles_n) * CL + rank;
     const long long row0 = (long long)rb * BM;
     const int n0 = (int)(t % tiles_n) * TBN;
     float acc[128];
@@ -350,10 +411,10 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
       }
       wg_commit();
       wg_wait<1>();  // step kt - 1 has finished reading its stage
-      if (kt > 0 && signals) mbar_arrive(smem_addr(&empty_bar[(it - 1) % S]));
+      if (kt > 0 && signals) release<CL>(smem_addr(&empty_bar[(it - 1) % S]));
     }
     wg_wait<0>();
-    if (signals) mbar_arrive(smem_addr(&empty_bar[(it - 1) % S]));
+    if (signals) release<CL>(smem_addr(&empty_bar[(it - 1) % S]));
     const int r = cw * 64 + wq * 16 + (lane >> 2), col = (lane & 3) * 2;
     if (STORE_WARP) {
       mbar_wait(smem_addr(&c_empty), (i & 1) ^ 1);  // the previous tile has left shared memory

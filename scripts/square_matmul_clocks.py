@@ -27,7 +27,9 @@ def sample(samples, stop):
 for dtype in (torch.float16, torch.bfloat16):
     a = torch.randn(M, N, device="cuda").to(dtype)
     w = (torch.randn(N, N, device="cuda") / N ** 0.5).to(dtype)
-    for name, fn in (("ours tma", lambda: square_matmul_impl(a, w)), ("cuBLAS", lambda: torch.matmul(a, w))):
+    for name, fn in (("ours tma_cluster", lambda: square_matmul_impl(a, w, variant="tma_cluster")),
+                     ("ours tma", lambda: square_matmul_impl(a, w, variant="tma")),
+                     ("cuBLAS", lambda: torch.matmul(a, w))):
         fn()
         torch.cuda.synchronize()
         samples, stop = [], threading.Event()
@@ -46,6 +48,6 @@ for dtype in (torch.float16, torch.bfloat16):
         ms = start.elapsed_time(end) / reps
         clocks = [c for c, _ in samples[2:]] or [0.0]
         power = [p for _, p in samples[2:]] or [0.0]
-        print(f"{name:9s} {str(dtype)[6:]:9s} n={N}: {ms:.3f} ms, {2 * M * N * N / ms / 1e9:.0f} TFLOP/s, "
+        print(f"{name:16s} {str(dtype)[6:]:9s} n={N}: {ms:.3f} ms, {2 * M * N * N / ms / 1e9:.0f} TFLOP/s, "
               f"SM clock median {statistics.median(clocks):.0f} MHz (min {min(clocks):.0f}), "
               f"power median {statistics.median(power):.0f} W")

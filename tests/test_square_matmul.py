@@ -100,8 +100,9 @@ def test_mma_variants(n, dtype, variant):
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 @pytest.mark.parametrize("n", (8, 64, 264, 1000, 1024, 2048, 4096, 8192))
 def test_hopper(n, dtype, transpose, variant):
-    """The Hopper kernels (compute capability 9.0 only; tma is the default there for aligned half
-    inputs), both W layouts, m around the 128-row block and its partial last block."""
+    """The Hopper kernels (compute capability 9.0 only; tma_cluster is the default there for aligned
+    half inputs), both W layouts, m around the 128-row block (and the cluster's pair of them) and its
+    partial last block."""
     if not sq.has_wgmma():
         pytest.skip("needs a compute capability 9.0 device")
     for m in (1, 33, 129, 4096) + ((65536,) if n == 4096 else ()):
@@ -124,9 +125,11 @@ def test_hopper_bias(dtype, variant):
 
 
 @torch_gpu
-def test_tma_repeated_calls_and_graph():
-    """The TMA kernel launched through cuLaunchKernel: many calls in a row on torch's stream, then a
-    CUDA graph replay (the descriptors are baked into the captured launch)."""
+@pytest.mark.parametrize("variant", ("tma", "tma_cluster"))
+def test_tma_repeated_calls_and_graph(variant):
+    """The TMA kernels launched through cuLaunchKernel (tma_cluster: cuLaunchKernelEx with a cluster
+    dimension): many calls in a row on torch's stream, then a CUDA graph replay (the descriptors are
+    baked into the captured launch)."""
     if not sq.has_wgmma():
         pytest.skip("needs a compute capability 9.0 device")
     n = 1024
@@ -135,7 +138,7 @@ def test_tma_repeated_calls_and_graph():
     for _ in range(3):
         ref = ref.float().to(torch.bfloat16).double() @ w.double()
     for _ in range(4):
-        sq.square_matmul_impl(a, w, variant="tma")
+        sq.square_matmul_impl(a, w, variant=variant)
     assert rel(a, ref) <= 4 * TOL["bfloat16"]
     b = randn((3000, n), "bfloat16")
     ref = reference(b, w, False)
@@ -143,7 +146,7 @@ def test_tma_repeated_calls_and_graph():
     graph = torch.cuda.CUDAGraph()
     keep = b.clone()
     with torch.cuda.graph(graph):
-        sq.square_matmul_impl(b, w, variant="tma")
+        sq.square_matmul_impl(b, w, variant=variant)
     b.copy_(keep)
     graph.replay()
     torch.cuda.synchronize()
@@ -153,7 +156,7 @@ def test_tma_repeated_calls_and_graph():
 def test_choose_kernel():
     c = sq.choose_kernel
     assert c("float32", "auto", True, True) == "simt"
-    assert c("bfloat16", "auto", True, True) == "tma"
+    assert c("bfloat16", "auto", True, True) == "tma_cluster"
     assert c("float16", "auto", True, False) == "mma256"   # unaligned rows: scalar-load mma path
     assert c("float16", "auto", False, True) == "mma256"   # not Hopper
     assert c("float16", "mma128", True, True) == "mma128"
@@ -417,5 +420,9 @@ def test_plan_and_limits():
     assert sq.max_n(264, 128) == sq.max_n(132, 256) == 33792 >= 8192
     assert sq.mma_smem(128) == 65536 and sq.mma_smem(256) == 98304
     assert sq.tile_cols("float32", "auto") == 128 and sq.tile_cols("float16", "mma128") == 128
-    assert set(sq.VARIANTS) == {"auto", "tma", "tma_direct", "wgmma", "mma256", "mma128", "seed"}
+    assert set(sq.VARIANTS) == {"auto", "tma_cluster", "tma", "tma_direct", "wgmma", "mma256", "mma128", "seed"}
+    # clusters of two: tiles of two row blocks, row blocks rounded up to an even count, grid in clusters
+    assert sq.plan(65536, 4096, 256, 66, 2) == (16, 512, 16 * 256, 66)
+    assert sq.plan(129, 264, 256, 66, 2) == (2, 2, 2, 2)
+    assert sq.plan(300, 1024, 256, 66, 2) == (4, 4, 8, 8)
     assert sq.WGMMA_SMEM == 4 * (128 * 64 + 64 * 256) * 2 + 1024

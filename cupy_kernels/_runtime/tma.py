@@ -1,7 +1,9 @@
 """TMA descriptors (CUtensorMap) for Hopper kernels, encoded by the driver's cuTensorMapEncodeTiled
 through ctypes (CuPy does not wrap it), and `launch`, which passes them to a kernel by value
 (`const __grid_constant__` on the device side) through cuLaunchKernel: CuPy's scalar arguments hold at
-most 64 bytes, a CUtensorMap is 128."""
+most 64 bytes, a CUtensorMap is 128. Thread-block clusters: `launch(..., cluster=k)` goes through
+cuLaunchKernelEx with the cluster-dimension attribute, and `max_active_clusters` asks the driver how many
+such clusters fit on the chip at once."""
 from __future__ import annotations
 
 import ctypes
@@ -65,17 +67,68 @@ def _param(arg):
     return ctypes.c_void_p(arg.data.ptr)  # cupy.ndarray
 
 
-def launch(kernel, grid: int, block: int, args, shared_mem: int = 0) -> None:
+class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: id, 4 bytes of padding, a 64-byte union
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_ubyte * 4), ("value", ctypes.c_uint32 * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+_CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+_clusters = {}
+
+
+def _config(grid: int, block: int, shared_mem: int, stream: int, cluster: int):
+    """A CUlaunchConfig for a 1-D launch in clusters of `cluster` blocks along x (kept alive with its
+    attribute array: the caller holds the returned pair)."""
+    attr = (_LaunchAttribute * 1)()
+    attr[0].id = _CLUSTER_DIMENSION
+    attr[0].value[0], attr[0].value[1], attr[0].value[2] = cluster, 1, 1
+    cfg = _LaunchConfig(grid, 1, 1, block, 1, 1, shared_mem, ctypes.c_void_p(stream), attr, 1)
+    return cfg, attr
+
+
+def max_active_clusters(kernel, block: int, shared_mem: int, cluster: int) -> int:
+    """How many clusters of `cluster` blocks of `kernel` can be resident on the chip at once
+    (cuOccupancyMaxActiveClusters: SMs, shared memory, and the GPCs that a cluster must share). Raises
+    when none fits."""
+    key = (kernel.kernel.ptr, block, shared_mem, cluster)
+    n = _clusters.get(key)
+    if n is None:
+        f = _libcuda("cuOccupancyMaxActiveClusters")
+        cfg, attr = _config(cluster, block, shared_mem, 0, cluster)
+        count = ctypes.c_int(0)
+        rc = f(ctypes.byref(count), ctypes.c_void_p(kernel.kernel.ptr), ctypes.byref(cfg))
+        if rc != 0 or count.value < 1:
+            raise RuntimeError(f"cuOccupancyMaxActiveClusters returned CUresult {rc}, {count.value} clusters "
+                               f"(clusters of {cluster} blocks of {block} threads, {shared_mem} bytes of shared memory)")
+        n = _clusters[key] = count.value
+    return n
+
+
+def launch(kernel, grid: int, block: int, args, shared_mem: int = 0, cluster: int = 1) -> None:
     """Launch a CuPy RawKernel on CuPy's current stream with `args` (CuPy arrays, NumPy scalars of the
-    kernel's parameter types, or bytes for structs passed by value) through cuLaunchKernel."""
+    kernel's parameter types, or bytes for structs passed by value) through cuLaunchKernel; cluster > 1:
+    through cuLaunchKernelEx in clusters of `cluster` blocks along x (grid a multiple of it)."""
     import cupy
 
-    f = _libcuda("cuLaunchKernel")
     params = [_param(a) for a in args]
     pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
-    rc = f(ctypes.c_void_p(kernel.kernel.ptr), ctypes.c_uint(grid), ctypes.c_uint(1), ctypes.c_uint(1),
-           ctypes.c_uint(block), ctypes.c_uint(1), ctypes.c_uint(1), ctypes.c_uint(shared_mem),
-           ctypes.c_void_p(cupy.cuda.get_current_stream().ptr), pointers, ctypes.c_void_p(0))
+    stream = cupy.cuda.get_current_stream().ptr
+    if cluster > 1:
+        cfg, attr = _config(grid, block, shared_mem, stream, cluster)
+        rc = _libcuda("cuLaunchKernelEx")(ctypes.byref(cfg), ctypes.c_void_p(kernel.kernel.ptr), pointers,
+                                           ctypes.c_void_p(0))
+    else:
+        rc = _libcuda("cuLaunchKernel")(ctypes.c_void_p(kernel.kernel.ptr), ctypes.c_uint(grid), ctypes.c_uint(1),
+                                        ctypes.c_uint(1), ctypes.c_uint(block), ctypes.c_uint(1), ctypes.c_uint(1),
+                                        ctypes.c_uint(shared_mem), ctypes.c_void_p(stream), pointers,
+                                        ctypes.c_void_p(0))
     if rc != 0:
-        raise RuntimeError(f"cuLaunchKernel failed with CUresult {rc} (grid {grid}, block {block}, "
-                           f"{shared_mem} bytes of shared memory)")
+        raise RuntimeError(f"cuLaunchKernel{'Ex' if cluster > 1 else ''} failed with CUresult {rc} (grid {grid}, "
+                           f"block {block}, {shared_mem} bytes of shared memory"
+                           f"{f', clusters of {cluster}' if cluster > 1 else ''})")

@@ -65,10 +65,10 @@ def square_matmul_suite(quick: bool):
             impls = {"cupy_kernels (in place)": lambda: ck.square_matmul_(ac, wc),
                      "cupy_kernels via torch op": ours_torch,
                      "cupy_kernels transpose=True": lambda: ck.square_matmul_(ac, wc, transpose=True)}
-            if dtype != "float32":  # the default is tma on Hopper (aligned rows), else mma256
+            if dtype != "float32":  # the default is tma_cluster on Hopper (aligned rows), else mma256
                 from ..ops.square_matmul import has_wgmma
 
-                for v in (("tma_direct", "wgmma") if has_wgmma() else ()) + ("mma256", "mma128"):
+                for v in (("tma", "tma_direct", "wgmma") if has_wgmma() else ()) + ("mma256", "mma128"):
                     impls[f"ladder {v}"] = lambda v=v: square_matmul_impl(ac, wc, variant=v)
                 impls["ladder mma256 transpose=True"] = lambda: square_matmul_impl(ac, wc, True, variant="mma256")
             impls["torch.matmul (cuBLAS)"] = lambda: torch.matmul(a, w)

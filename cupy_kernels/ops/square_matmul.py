@@ -10,6 +10,7 @@ import numpy as np
 
 from .._runtime import (CTYPES, Call, KernelSource, ceil_div, is_torch, launch, resident_blocks, tensor_map_2d,
                         use_shared_memory)
+from .._runtime.tma import max_active_clusters
 
 SOURCE = KernelSource("square_matmul.cu")
 SOURCE90 = KernelSource("square_matmul_sm90.cu", options=("-arch=sm_90a",))  # wgmma: Hopper only
@@ -17,14 +18,16 @@ DTYPES = ("float32", "float16", "bfloat16")
 BM = 128               # rows of a tile (sqmm::BM); columns: 128 (FP32, mma128) or 256 (mma256)
 THREADS = 256
 SEED_MAX_N = 2048      # the seed kernel's 64-entry register buffer x 32 lanes
-# The ladder: "auto" (the default, see choose_kernel); on Hopper (sm_90a), 128 x 256 tiles: "tma" (TMA loads
-# by a producer thread, two consumer warpgroups on wgmma, a store warp that waits for the row block and
-# writes the staged tile with TMA stores), "tma_direct" (the same, but the consumers wait and store from
+# The ladder: "auto" (the default, see choose_kernel); on Hopper (sm_90a), 128 x 256 tiles: "tma_cluster"
+# (tma in clusters of two CTAs on neighbouring row blocks that share each W tile through TMA multicast),
+# "tma" (TMA loads by a producer thread, two consumer warpgroups on wgmma, a store warp that waits for the
+# row block and writes the staged tile with TMA stores), "tma_direct" (the same, but the consumers wait and store from
 # registers), "wgmma" (cp.async loads by every thread); "mma256" (mma.sync, 128 x 256 tiles, one block per
 # SM), "mma128" (mma.sync, 128 x 128 tiles, two blocks per SM), "seed" (the seed article's warp-per-row
 # kernel, n <= 2048).
-VARIANTS = ("auto", "tma", "tma_direct", "wgmma", "mma256", "mma128", "seed")
-HOPPER = ("tma", "tma_direct", "wgmma")
+VARIANTS = ("auto", "tma_cluster", "tma", "tma_direct", "wgmma", "mma256", "mma128", "seed")
+HOPPER = ("tma_cluster", "tma", "tma_direct", "wgmma")
+TMA_CLUSTER = {"tma_cluster": 2, "tma": 1, "tma_direct": 1}  # CTAs per cluster (sqmm_tma's CL)
 WGMMA_SMEM = 4 * (BM * 64 + 64 * 256) * 2 + 1024  # sqmm90::SMEM
 TMA_SMEM = {True: 3 * (BM * 64 + 64 * 256) * 2 + BM * 256 * 2 + 1024, False: WGMMA_SMEM}  # sqmm90::tma_smem
 TMA_THREADS = 384
@@ -36,8 +39,10 @@ def _b(v: bool) -> str:
 
 
 def choose_kernel(dtype: str, variant: str, hopper: bool, aligned: bool, op: str = "square_matmul_") -> str:
-    """Which kernel runs: "simt" (float32), "tma", "wgmma", "mma256" or "mma128". "auto" takes tma for
-    half types on a compute capability 9.0 device when a and w rows are 16-byte aligned; else mma256."""
+    """Which kernel runs: "simt" (float32), "tma_cluster", "tma", "tma_direct", "wgmma", "mma256" or
+    "mma128". "auto" takes tma_cluster for half types on a compute capability 9.0 device when a and w rows
+    are 16-byte aligned (square_matmul_impl falls back to tma when n is too wide for the clusters that fit
+    at once); else mma256."""
     if dtype == "float32":
         if variant != "auto":
             raise ValueError(f"{op}: variant {variant!r} is for float16 / bfloat16 (float32 runs on FP32 SIMT)")
@@ -48,7 +53,7 @@ def choose_kernel(dtype: str, variant: str, hopper: bool, aligned: bool, op: str
                              f"with 16-byte aligned a and w")
         return variant
     if variant == "auto":
-        return "tma" if hopper and aligned else "mma256"
+        return "tma_cluster" if hopper and aligned else "mma256"
     return variant
 
 
@@ -73,8 +78,8 @@ def wgmma_name(dtype: str, trans: bool) -> str:
     return f"sqmm_wgmma<{CTYPES[dtype]}, {_b(trans)}>"
 
 
-def tma_name(dtype: str, trans: bool, store_warp: bool = True) -> str:
-    return f"sqmm_tma<{CTYPES[dtype]}, {_b(trans)}, {_b(store_warp)}>"
+def tma_name(dtype: str, trans: bool, store_warp: bool = True, cluster: int = 1) -> str:
+    return f"sqmm_tma<{CTYPES[dtype]}, {_b(trans)}, {_b(store_warp)}{f', {cluster}' if cluster > 1 else ''}>"
 
 
 def seed_name(dtype: str, trans: bool) -> str:
@@ -85,6 +90,7 @@ SOURCE.declare([tiled_name(t, tr, al, tbn) for t in DTYPES for tbn in ((128,) if
                 for tr in (False, True) for al in (True, False)]
                + [seed_name(t, tr) for t in DTYPES for tr in (False, True)])
 SOURCE90.declare([tma_name(t, tr, sw) for sw in (True, False) for t in ("float16", "bfloat16") for tr in (False, True)]
+                 + [tma_name(t, tr, True, 2) for t in ("float16", "bfloat16") for tr in (False, True)]
                  + [wgmma_name(t, tr) for t in ("float16", "bfloat16") for tr in (False, True)])
 
 
@@ -187,10 +193,12 @@ def square_matmul_impl(a, w, transpose=False, bias=None, variant="auto", op="squ
             return a
         aligned = _aligned(dtype, n, a2, wc)  # the bias is read element by element
         kind = choose_kernel(dtype, variant, has_wgmma(), aligned, op)
-        if kind.startswith("tma") and m >= 2 ** 31:
+        if kind.startswith("tma") and m >= 2 ** 31 - 512:
             kind = "wgmma"  # TMA row coordinates are 32-bit
+        if kind == "tma_cluster" and variant == "auto" and not _clusters_fit(dtype, trans, n):
+            kind = "tma"    # a row block's column tiles need more clusters than fit at once
         if kind.startswith("tma"):
-            _launch_tma(call, a2, wc, bc, trans, dtype, op, kind == "tma")
+            _launch_tma(call, a2, wc, bc, trans, dtype, op, kind != "tma_direct", TMA_CLUSTER[kind])
         elif kind == "wgmma":
             _launch_wgmma(call, a2, wc, bc, trans, dtype, op)
         else:
@@ -198,10 +206,12 @@ def square_matmul_impl(a, w, transpose=False, bias=None, variant="auto", op="squ
         return a
 
 
-def plan(m, n, tbn, resident):
-    """(tiles_n, row blocks, total tiles, grid) of the tiled kernels for a wave of `resident` blocks."""
-    tiles_n, rbs = ceil_div(n, tbn), ceil_div(m, BM)
-    total = tiles_n * rbs
+def plan(m, n, tbn, resident, cluster=1):
+    """(tiles_n, row blocks, total tiles, grid) of the tiled kernels for a wave of `resident` blocks
+    (cluster > 1: `resident` clusters, tiles of `cluster` row blocks, the row blocks rounded up to whole
+    tiles and the grid counted in clusters)."""
+    tiles_n, rbs = ceil_div(n, tbn), cluster * ceil_div(m, BM * cluster)
+    total = tiles_n * (rbs // cluster)
     return tiles_n, rbs, total, min(resident, total)
 
 
@@ -225,37 +235,51 @@ def _launch_wgmma(call, a2, wc, bc, trans, dtype, op):
     _launch(kernel, THREADS, WGMMA_SMEM, geometry, (a2, wc), a2, bc, (np.int32(0),))
 
 
-def _launch_tma(call, a2, wc, bc, trans, dtype, op, store_warp):
-    kernel = SOURCE90.kernel(tma_name(dtype, trans, store_warp))
+def _clusters_fit(dtype, trans, n) -> bool:
+    """Whether the tma_cluster kernel holds all ceil(n / 256) column tiles of a row block at once."""
+    kernel = SOURCE90.kernel(tma_name(dtype, trans, True, 2))
+    use_shared_memory(kernel, TMA_SMEM[True])
+    return ceil_div(n, 256) <= max_active_clusters(kernel, TMA_THREADS, TMA_SMEM[True], 2)
+
+
+def _launch_tma(call, a2, wc, bc, trans, dtype, op, store_warp, cluster=1):
+    kernel = SOURCE90.kernel(tma_name(dtype, trans, store_warp, cluster))
     m, n = a2.shape
     smem = TMA_SMEM[store_warp]
-    geometry = _persistent(call, kernel, TMA_THREADS, smem, 256, a2.shape, op)
+    geometry = _persistent(call, kernel, TMA_THREADS, smem, 256, a2.shape, op, cluster)
     maps = (tensor_map_2d(a2.data.ptr, m, n, dtype, 64, BM),
-            tensor_map_2d(wc.data.ptr, n, n, dtype, 64, 256 if trans else 64))
-    _launch(kernel, TMA_THREADS, smem, geometry, maps + (a2,), a2, bc, by_value=True)
+            tensor_map_2d(wc.data.ptr, n, n, dtype, 64, 256 // cluster if trans else 64))
+    _launch(kernel, TMA_THREADS, smem, geometry, maps + (a2,), a2, bc, by_value=True, cluster=cluster)
 
 
-def _persistent(call, kernel, threads, smem, tbn, shape, op):
+def _persistent(call, kernel, threads, smem, tbn, shape, op, cluster=1):
     """(grid, zeroed counters, tiles_n, total tiles) of a persistent launch of at most one wave, after
-    checking that a row block's column tiles fit in it together."""
+    checking that a row block's column tiles fit in it together. cluster > 1: a tile is `cluster` row
+    blocks (one per CTA of a cluster), the wave is counted in whole clusters (the driver's occupancy for
+    clusters) and the grid in blocks."""
     m, n = shape
     if n >= 2 ** 31:
         raise ValueError(f"{op}: n = {n} is too large (int32 column index)")
     if smem:
         use_shared_memory(kernel, smem, op)
-    resident = resident_blocks(kernel, threads, smem)
-    tiles_n, rbs, total, grid = plan(m, n, tbn, resident)
+    if cluster > 1:
+        resident = max_active_clusters(kernel, threads, smem, cluster)
+        unit = f"clusters of {cluster} blocks"
+    else:
+        resident = resident_blocks(kernel, threads, smem)
+        unit = "blocks"
+    tiles_n, rbs, total, grid = plan(m, n, tbn, resident, cluster)
     if tiles_n > resident:
         raise ValueError(f"{op}: n = {n} needs {tiles_n} column tiles of {tbn} resident at once, but this device "
-                         f"holds {resident} blocks of this kernel (n <= {max_n(resident, tbn)} here)")
+                         f"holds {resident} {unit} of this kernel (n <= {max_n(resident, tbn)} here)")
     if total + grid >= 2 ** 32:
         raise ValueError(f"{op}: {m} x {n} has too many tiles for the 32-bit tile counter; split the rows")
     ctrl = call.empty((1 + rbs,), "int32")
     ctrl.fill(0)
-    return grid, ctrl, tiles_n, total
+    return grid * cluster, ctrl, tiles_n, total
 
 
-def _launch(kernel, threads, smem, geometry, lead, a2, bc, extra=(), by_value=False):
+def _launch(kernel, threads, smem, geometry, lead, a2, bc, extra=(), by_value=False, cluster=1):
     """Launch with the shared tail of arguments: (*lead, bias, has_bias, m, n, ctrl, tiles_n, total, *extra);
     by_value: `lead` holds structs as bytes (TMA maps), launched through the runtime's `launch`."""
     grid, ctrl, tiles_n, total = geometry
@@ -263,7 +287,7 @@ def _launch(kernel, threads, smem, geometry, lead, a2, bc, extra=(), by_value=Fa
     args = (*lead, bc if bc is not None else a2, np.int32(bc is not None), np.int64(m), np.int32(n), ctrl,
             np.uint32(tiles_n), np.uint32(total), *extra)
     if by_value:
-        launch(kernel, grid, threads, args, smem)
+        launch(kernel, grid, threads, args, smem, cluster)
     else:
         kernel((grid,), (threads,), args, shared_mem=smem)
 
