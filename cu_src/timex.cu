@@ -695,9 +695,20 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
 // Two shared buffers, so one barrier per chunk (the next chunk is stored after this one's MMAs).
 // Warp roles rotate with the channel: warp w takes the 64-t slice (w + c) % 4, so the co-resident blocks'
 // heavy slices (late t: longer u range) spread over the 4 SM sub-partitions instead of all landing on warp 3's
-// (ROT false, the default: warp w takes slice w, as timex_tf32x3; the rotation measured 1-4% slower).
+// (ROT false: warp w takes slice w, as timex_tf32x3; the rotation measured 1-4% slower).
+// TRI (the default since issue 3's helper run): the slice's two diagonal chunks (u0 = ts and ts + 32 for the
+// slice's first time ts) skip the MMA tiles that lie wholly above the diagonal (every tap f[t - u] with t < u
+// is a stored zero): in the chunk at ts + 32D, n-tile j at k-step s has a t >= u only when j >= 4D + s, so
+// 26 + 10 of the 2 x 32 (s, j) tiles run instead of 64 (6.7% of the MMAs at T = 768) and the B fragments
+// below m = 4D + 3 are not loaded. Each of the three chunk kinds is its own unrolled copy (compile-time
+// bounds; no per-tile branch). Skipping exact zeros: same sums, except that an Inf/NaN in a later k no longer
+// reaches earlier outputs through 0 * Inf.
 // Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1. REV as in timex_tiled.
-template <bool REV, bool ROT>
+template <int V>
+struct TxInt {
+  static constexpr int value = V;
+};
+template <bool REV, bool ROT, bool TRI>
 __global__ void __launch_bounds__(TX_THREADS, 3)
 timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restrict__ k, long long sb, long long sc,
               float* __restrict__ out, double eps, int B, int C, int T) {
@@ -713,8 +724,8 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int grp = lane >> 2, tig = lane & 3;
   const int role = ROT ? (warp + c) & 3 : warp;  // this warp's 64-t slice
-  const int role_tmax = t0 + (role + 1) * 64 - 1;
-  const int u_last = t0 + role * 64 < T ? role_tmax : -1;  // a slice wholly past T computes nothing
+  const int ts = t0 + role * 64;                        // the slice's first time
+  const int u_last = ts < T ? ts + 63 : -1;  // a slice wholly past T computes nothing
   const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
   const float* wrow = w + (long long)c * ldw;
 
@@ -775,11 +786,13 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
   for (int ch = 0; ch < nchunks; ++ch) {
     const int u0 = ch * KU, buf = ch & 1;
     if (ch + 1 < nchunks) fetch(u0 + KU);  // in flight while this chunk is multiplied
-    if (u0 <= u_last) {  // warp-uniform: else only zero taps left for this slice (or all its t >= T)
+    // this chunk's MMAs; D = -1: the whole chunk, D = 0 / 1: the chunk at ts + 32 D (tiles with j < 4D + s skipped)
+    auto mma_chunk = [&](auto diag) {
+      constexpr int D = decltype(diag)::value, M0 = D < 0 ? 0 : 4 * D + 3;
       // B fragments: n-tile j at k-step s uses m = j - s + 3 in [0, 11): taps at i (b0) and i - 4 (b1)
       uint4 bf[11];
 #pragma unroll
-      for (int m = 0; m < 11; ++m) bf[m] = tp[buf][role * 64 + 8 * (m - 3) + grp - tig + KU - 1];
+      for (int m = M0; m < 11; ++m) bf[m] = tp[buf][role * 64 + 8 * (m - 3) + grp - tig + KU - 1];
 #pragma unroll
       for (int s = 0; s < KU / 8; ++s) {
         uint4 ah[2], al[2];
@@ -791,19 +804,27 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
+          for (int j = D < 0 ? 0 : 4 * D + s; j < 8; ++j) {
             const uint4 b = bf[j - s + 3];
             mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&al[mt]), b.x, b.y);
             mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.z, b.w);
             mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.x, b.y);
           }
       }
+    };
+    if (u0 <= u_last) {  // warp-uniform: else only zero taps left for this slice (or all its t >= T)
+      if (!TRI || u0 < ts)
+        mma_chunk(TxInt<-1>());
+      else if (u0 == ts)
+        mma_chunk(TxInt<0>());
+      else
+        mma_chunk(TxInt<1>());
     }
     if (ch + 1 < nchunks) stage(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
     __syncthreads();
   }
 
-  store_warp_tile<REV>(acc, out, (float)eps, b0, t0 + role * 64, grp, tig, c, B, C, T);
+  store_warp_tile<REV>(acc, out, (float)eps, b0, ts, grp, tig, c, B, C, T);
 }
 
 // ---- grad_w on the tensor cores: diagonal bands (variant "tf32x3", float32 only) -------------------
@@ -960,21 +981,27 @@ timex_grad_w_tf32x3(const float* __restrict__ k, long long ksb, long long ksc, c
 // Warp (wm, wn) owns i in [32wm, 32wm+32) x j in [32NB wn, 32NB (wn+1)). A thread stages rows 2(tid/16) and
 // 2(tid/16)+1 of each 16-row chunk (one (b, p) counter pair each, no divisions in the loop).
 // VEC: 2-element global loads (T, strides and pointers even). Writes ws as timex_grad_w_tf32x3 does.
+// DB (double buffer): two staging buffers and one barrier per chunk (the next chunk is split and stored after
+// this one's MMAs, as timex_tf32x3f does); to fit two buffers in 48 KB the row pairs lose their 8-float pad
+// and the 4-float groups are swizzled instead: group G of row pair q sits at G ^ 2(q % 4), which keeps the
+// fragment loads (lanes: q % 4 = tig, G % 8 = 2(grp / 2) .. + 1) and the stores conflict-free.
 // Launch: 1-D grid of C*ceil(ceil(T/64)/NB) blocks of 128; any B, C, T >= 1 (B*ceil(T/64) < 2^31).
-template <int NB, bool VEC>
+template <int NB, bool VEC, bool DB = false>
 __global__ void __launch_bounds__(TX_THREADS, NB == 1 ? 4 : 3)
 timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, const float* __restrict__ g,
                   long long gsb, long long gsc, float* __restrict__ ws, int B, int C, int T) {
   constexpr int KC = 16, KP = KC / 2;             // K rows per chunk, row pairs
-  constexpr int SA = TXB * 2 + 8, SB = TXB * NB * 2 + 8;  // floats per row pair (2 rows + pad)
+  constexpr int PAD = DB ? 0 : 8;
+  constexpr int SA = TXB * 2 + PAD, SB = TXB * NB * 2 + PAD;  // floats per row pair (2 rows + pad)
   constexpr int NA = TXB / 2 / 16, NG = TXB * NB / 2 / 16;  // 2-column groups per thread per row
   constexpr int SE = TXB + 1;                     // epilogue tile row
-  constexpr int STAGE = 2 * KP * (SA + SB), EPI = NB * TXB * SE;
+  constexpr int STAGE = 2 * KP * (SA + SB) * (DB ? 2 : 1), EPI = NB * TXB * SE;
   __shared__ __align__(16) float sm[STAGE > EPI ? STAGE : EPI];
   float* const ahi = sm;
   float* const alo = ahi + KP * SA;
   float* const bhi = alo + KP * SA;
   float* const blo = bhi + KP * SB;
+  constexpr int BUF = 2 * KP * (SA + SB);  // floats per staging buffer (DB)
 
   const int nt = (T + TXB - 1) / TXB, npair = (nt + NB - 1) / NB;
   const long long bid = blockIdx.x;
@@ -992,6 +1019,9 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
   const int grp = lane >> 2, tig = lane & 3;
   const int wm = warp >> 1, wn = warp & 1;
   const int kp = threadIdx.x >> 4, col = threadIdx.x & 15;  // this thread's staging: row pair, column group
+  // DB's swizzle touches bits 1-2 of the group index only: staged group col + 16 s of row pair kp goes to
+  // (col ^ 2(kp % 4)) + 16 s, fragment group 8 m + grp of row pair q (q % 4 = tig) is read at 8 m + (grp ^ 2 tig)
+  const int col_s = DB ? col ^ (2 * (kp & 3)) : col, grp_s = DB ? grp ^ (2 * tig) : grp;
 
   float acc[2][4 * NB][4];
 #pragma unroll
@@ -1036,15 +1066,13 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
     return hi;
   };
 
-  if (nchunks > 0) fetch();
-  for (int ch = 0; ch < nchunks; ++ch) {
-    __syncthreads();  // the previous chunk's fragments are read
+  auto stage = [&](int off) {  // the fetched rows, split, into the staging buffer at float offset off
 #pragma unroll
     for (int s = 0; s < NA; ++s) {  // A: (i even, h0), (i odd, h0), (i even, h1), (i odd, h1)
       uint4 hv, lv;
       hv.x = split(pa[0][s][0], lv.x), hv.y = split(pa[0][s][1], lv.y);
       hv.z = split(pa[1][s][0], lv.z), hv.w = split(pa[1][s][1], lv.w);
-      const int o = kp * SA + 4 * (col + 16 * s);
+      const int o = off + kp * SA + 4 * (col_s + 16 * s);
       *reinterpret_cast<uint4*>(ahi + o) = hv;
       *reinterpret_cast<uint4*>(alo + o) = lv;
     }
@@ -1053,25 +1081,25 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
       uint4 hv, lv;
       hv.x = split(pg[0][s][0], lv.x), hv.y = split(pg[1][s][0], lv.y);
       hv.z = split(pg[0][s][1], lv.z), hv.w = split(pg[1][s][1], lv.w);
-      const int o = kp * SB + 4 * (col + 16 * s);
+      const int o = off + kp * SB + 4 * (col_s + 16 * s);
       *reinterpret_cast<uint4*>(bhi + o) = hv;
       *reinterpret_cast<uint4*>(blo + o) = lv;
     }
-    __syncthreads();
-    if (ch + 1 < nchunks) fetch();  // in flight while this chunk is multiplied
+  };
+  auto multiply = [&](int off) {  // the chunk staged at float offset off into the accumulators
 #pragma unroll
     for (int st = 0; st < KC / 8; ++st) {
       const int q = 4 * st + tig;  // row pair of this k-step's fragments
       uint4 ah[2], al[2], bh[2 * NB], bl[2 * NB];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        const int o = q * SA + 4 * (8 * (2 * wm + mt) + grp);
+        const int o = off + q * SA + 4 * (8 * (2 * wm + mt) + grp_s);
         ah[mt] = *reinterpret_cast<const uint4*>(ahi + o);
         al[mt] = *reinterpret_cast<const uint4*>(alo + o);
       }
 #pragma unroll
       for (int p = 0; p < 2 * NB; ++p) {
-        const int o = q * SB + 4 * (16 * NB * wn + 8 * p + grp);
+        const int o = off + q * SB + 4 * (16 * NB * wn + 8 * p + grp_s);
         bh[p] = *reinterpret_cast<const uint4*>(bhi + o);
         bl[p] = *reinterpret_cast<const uint4*>(blo + o);
       }
@@ -1087,6 +1115,33 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
           mma_tf32(acc[mt][n], a_h, b_l[0], b_l[1]);
           mma_tf32(acc[mt][n], a_h, b_h[0], b_h[1]);
         }
+    }
+  };
+
+  if constexpr (DB) {
+    if (nchunks > 0) {
+      fetch();
+      stage(0);
+    }
+    __syncthreads();
+    auto step = [&](int ch, int off) {
+      if (ch + 1 < nchunks) fetch();  // in flight while this chunk is multiplied
+      multiply(off);
+      if (ch + 1 < nchunks) stage(BUF - off);  // the other buffer: its last readers passed the previous barrier
+      __syncthreads();
+    };
+    for (int ch = 0; ch < nchunks; ch += 2) {  // unrolled by two: the buffer offsets are constants
+      step(ch, 0);
+      if (ch + 1 < nchunks) step(ch + 1, BUF);
+    }
+  } else {
+    if (nchunks > 0) fetch();
+    for (int ch = 0; ch < nchunks; ++ch) {
+      __syncthreads();  // the previous chunk's fragments are read
+      stage(0);
+      __syncthreads();
+      if (ch + 1 < nchunks) fetch();  // in flight while this chunk is multiplied
+      multiply(0);
     }
   }
 

@@ -108,6 +108,73 @@ def main():
     host_overhead(B, C, T)
 
 
+def ab(timer=None, rounds=3):
+    """Issue 3 helper run: the Toeplitz kernel with and without the diagonal-chunk tile skip (frag_tri vs
+    frag_norot), grad_w with one barrier and two swizzled buffers (frag2db) vs frag2, the band combine alone,
+    and the whole backward / forward+backward with the run-6 kernels vs the new defaults; rounds alternate the
+    versions (A B A B ...) so the spread between rounds shows the noise. B=32 C=768 T=768 float32."""
+    timer = timer or Timer()
+    B, C, T = 32, 768, 768
+    flop = 2 * B * C * T * (T + 1) // 2
+    w = (cupy.random.standard_normal((C, T), dtype=cupy.float32) / np.float32(np.sqrt(T))).astype(cupy.float32)
+    k = cupy.random.standard_normal((B, C, T), dtype=cupy.float32)
+    g = cupy.random.standard_normal((B, C, T), dtype=cupy.float32)
+    o, gk = cupy.empty_like(k), cupy.empty_like(k)
+    gw = cupy.empty_like(w)
+    st = (C * T, T, 1)
+    nt = -(-T // tx.BAND)
+    ws = cupy.empty((C, nt, 2 * tx.BAND), cupy.float32)
+
+    def toeplitz(kern, rev, x, out):
+        return lambda: tx._launch_tf32x3("float32", rev, w, T, x, C * T, T, out, 0.0, B, C, T, kern)
+
+    def grad_w(chunk):
+        return lambda: tx._launch_grad_w_tf32x3("float32", k, st, g, st, gw, B, C, T, ws, chunk=chunk, vec=True)
+
+    def backward(kern, chunk):
+        return lambda: (toeplitz(kern, True, g, gk)(), grad_w(chunk)())
+
+    def fwd_bwd(kern, chunk):
+        return lambda: (toeplitz(kern, False, k, o)(), backward(kern, chunk)())
+
+    combine = lambda: tx._launch_naive("timex_grad_w_bands", C * T, (ws, gw, np.int32(C), np.int32(T)))
+    cases = [("forward frag_norot (run 6)", toeplitz("frag_norot", False, k, o), flop),
+             ("forward frag_tri", toeplitz("frag_tri", False, k, o), flop),
+             ("grad_k frag_norot (run 6)", toeplitz("frag_norot", True, g, gk), flop),
+             ("grad_k frag_tri", toeplitz("frag_tri", True, g, gk), flop),
+             ("grad_w frag2 + combine", grad_w("frag2"), flop),
+             ("grad_w frag2db + combine", grad_w("frag2db"), flop),
+             ("grad_w combine alone", combine, 0),
+             ("backward run-6 kernels", backward("frag_norot", "frag2"), 2 * flop),
+             ("backward new (tri, frag2db)", backward("frag_tri", "frag2db"), 2 * flop),
+             ("backward auto (timex_backward)", lambda: ck.timex_backward(w, k, g), 2 * flop),
+             ("fwd+bwd run-6 kernels", fwd_bwd("frag_norot", "frag2"), 3 * flop),
+             ("fwd+bwd new (tri, frag2db)", fwd_bwd("frag_tri", "frag2db"), 3 * flop)]
+    times = {name: [] for name, _, _ in cases}
+    for _ in range(rounds):
+        for name, fn, _ in cases:
+            times[name].append(timer(fn))
+    print(f"A/B, B={B} C={C} T={T} float32, {rounds} alternating rounds (ms; TFLOP/s of useful work at the median)")
+    for name, _, fl in cases:
+        t = times[name]
+        med = float(np.median(t))
+        print(f"ab {name:<32} {' '.join(f'{x:8.4f}' for x in t)}  median {med:8.4f}"
+              + (f" {fl / (med * 1e-3) / 1e12:6.1f}" if fl else ""))
+    ref = tx.reference(cupy.asnumpy(w), cupy.asnumpy(k))
+    rgw, rgk = tx.reference_backward(cupy.asnumpy(w), cupy.asnumpy(k), cupy.asnumpy(g))
+    e = lambda a, b: np.linalg.norm(cupy.asnumpy(a) - b) / np.linalg.norm(b)
+    for kern in ("frag_norot", "frag_tri"):
+        o.fill(np.nan), gk.fill(np.nan)
+        toeplitz(kern, False, k, o)(), toeplitz(kern, True, g, gk)()
+        print(f"ab check {kern}: out {e(o, ref):.2e} grad_k {e(gk, rgk):.2e}")
+    for chunk in ("frag2", "frag2db"):
+        gw.fill(np.nan), ws.fill(np.nan)
+        grad_w(chunk)()
+        print(f"ab check grad_w {chunk}: {e(gw, rgw):.2e}")
+    gw2, gk2 = ck.timex_backward(w, k, g)
+    print(f"ab check default: out {e(ck.timex(w, k), ref):.2e} grad_w {e(gw2, rgw):.2e} grad_k {e(gk2, rgk):.2e}")
+
+
 def sweep(timer):
     """tiled vs tf32x3, forward and backward, at the bench's shapes and a few near the auto rule's edges."""
     C = 768
@@ -182,4 +249,6 @@ def host_overhead(B, C, T):
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    ab() if sys.argv[1:] == ["ab"] else main()

@@ -97,23 +97,24 @@ def test_tf32x3_fragment_maps_emulated(shape):
     B, C, T = shape
     w, k = r.standard_normal((C, T)), r.standard_normal(shape)
     _, rgk = tx.reference_backward(w, np.zeros_like(k), k)
-    for kern in (emu.tf32x3, emu.tf32x3f):
+    for kern in (emu.tf32x3, emu.tf32x3f, lambda *a: emu.tf32x3f(*a, ROT=False, TRI=True)):
         assert rel_err(kern(w, k, 0.25, False), tx.reference(w, k, 0.25)) < 1e-13
         assert rel_err(kern(w, k, 0.0, True), rgk) < 1e-13
 
 
-@pytest.mark.parametrize("nb", [1, 2])
+@pytest.mark.parametrize("nb,db", [(1, False), (2, False), (2, True)])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 37), (5, 2, 130), (2, 1, 64), (3, 17, 65), (1, 1, 200),
                                    (4, 1, 257)])
-def test_grad_w_frag_emulated(shape, nb):
-    """The fragment-order grad_w (timex_grad_w_frag<NB>): row-pair staging, (b, p) counters (np < 16 and
-    B*np not a multiple of 16), both bands' fragment maps and diagonal sums, an odd number of bands."""
+def test_grad_w_frag_emulated(shape, nb, db):
+    """The fragment-order grad_w (timex_grad_w_frag<NB, VEC, DB>): row-pair staging (DB: swizzled, unpadded),
+    (b, p) counters (np < 16 and B*np not a multiple of 16), both bands' fragment maps and diagonal sums, an
+    odd number of bands."""
     import timex_emulate as emu
 
     r = rng()
     B, C, T = shape
     w, k, g = r.standard_normal((C, T)), r.standard_normal(shape), r.standard_normal(shape)
-    assert rel_err(emu.grad_w_frag(k, g, nb), tx.reference_backward(w, k, g)[0]) < 1e-13
+    assert rel_err(emu.grad_w_frag(k, g, nb, DB=db), tx.reference_backward(w, k, g)[0]) < 1e-13
 
 
 @pytest.mark.parametrize("chunk", [16, 32])
@@ -343,7 +344,8 @@ def test_toeplitz_tf32x3_kernels_both_directions(kernel):
             err = rel_err(runs[0], ref)
             assert err <= (1e-5 if T <= 1024 else TF32X3_TOL), (kernel, rev, B, C, T, err)
             assert np.array_equal(runs[0], runs[1]), (kernel, rev, B, C, T, "not deterministic")
-    check_forward((33, 3, 300), "float32", "tf32x3" if kernel == tx.TOEPLITZ_DEFAULT else "tf32x3_scalar")
+    variant = next((v for v, kern in tx.TOEPLITZ_VARIANTS.items() if kern == kernel), "tf32x3_scalar")
+    check_forward((33, 3, 300), "float32", variant)
 
 
 @gpu

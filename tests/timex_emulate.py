@@ -180,9 +180,9 @@ def tf32x3(w, k, eps, REV):
     return _toeplitz_grid(k, eps, REV, chunk)
 
 
-def tf32x3f(w, k, eps, REV):
-    """timex_tf32x3f<REV, true>: fragment-order k tile and tap-pair window, rotated warp roles, two buffers
-    (exact products)."""
+def tf32x3f(w, k, eps, REV, ROT=True, TRI=False):
+    """timex_tf32x3f<REV, ROT, TRI>: fragment-order k tile and tap-pair window, warp roles (rotated with ROT),
+    two buffers, and with TRI the diagonal chunks' skipped tiles (exact products)."""
     B, C, T = k.shape
     BM, TN, KU = 32, 256, 32
     NTAP = TN + KU
@@ -201,15 +201,19 @@ def tf32x3f(w, k, eps, REV):
             d = t0 - u0 - (KU - 1) + i
             tp[i] = [tap(c, d), tap(c, d - 4)]
         for warp in range(4):
-            role = (warp + c) & 3
-            if u0 > t0 + (role + 1) * 64 - 1 or t0 + role * 64 >= T:
+            role = (warp + c) & 3 if ROT else warp
+            ts = t0 + role * 64
+            if u0 > ts + 63 or ts >= T:
                 continue
-            bfr = np.array([[tp[role * 64 + 8 * (m - 3) + (l >> 2) - (l & 3) + KU - 1] for m in range(11)]
-                            for l in range(32)])
+            D = -1 if not TRI or u0 < ts else (u0 - ts) // 32  # the chunk kind (0 / 1: diagonal chunks)
+            assert D in (-1, 0, 1)
+            m0 = 0 if D < 0 else 4 * D + 3  # B fragments below m0 are not loaded (NaN here)
+            bfr = np.array([[tp[role * 64 + 8 * (m - 3) + (l >> 2) - (l & 3) + KU - 1] if m >= m0 else (np.nan,) * 2
+                             for m in range(11)] for l in range(32)])
             for s in range(KU // 8):
                 for mt in range(2):
                     afr = np.array([a[((s * 2 + mt) * 32 + l) * 4:][:4] for l in range(32)])
-                    for j in range(8):
+                    for j in range(0 if D < 0 else 4 * D + s, 8):
                         _mma(acc[role, :, mt, j], afr, bfr[:, j - s + 3])
 
     return _toeplitz_grid(k, eps, REV, chunk)
@@ -290,12 +294,15 @@ def grad_w_tf32x3(k, g, KC=16, group=16):
     return _combine_bands(ws, C, T, TB, nt)
 
 
-def grad_w_frag(k, g, NB=2, group=16):
-    """timex_grad_w_frag<NB, VEC> + timex_grad_w_bands: fragment-order staging (row pairs, per-thread (b, p)
-    counters), NB bands per block, diagonal sums per band, then the two-band combine (exact products)."""
+def grad_w_frag(k, g, NB=2, group=16, DB=False):
+    """timex_grad_w_frag<NB, VEC, DB> + timex_grad_w_bands: fragment-order staging (row pairs, per-thread (b, p)
+    counters), NB bands per block, diagonal sums per band, then the two-band combine (exact products). DB: the
+    unpadded rows with swizzled 4-float groups (each chunk's buffer written once per word, every word read is
+    written; the double buffering itself is a matter of barriers, not indices)."""
     B, C, T = k.shape
     TB, KC, KP, SE = 64, 16, 8, 65
-    SA, SB = 2 * TB + 8, 2 * TB * NB + 8
+    PAD = 0 if DB else 8
+    SA, SB = 2 * TB + PAD, 2 * TB * NB + PAD
     nt = -(-T // TB)
     npair = -(-nt // NB)
     ws = np.full((C, nt, 2 * TB), np.nan)
@@ -325,13 +332,16 @@ def grad_w_frag(k, g, NB=2, group=16):
                         p -= np_
                         b += 1
                     ctr[tid][h] = [b, p]
+                col_s = col ^ (2 * (kp & 3)) if DB else col
                 for s in range(TB // 2 // 16):
                     i = 2 * (col + 16 * s)
-                    o = kp * SA + 4 * (col + 16 * s)
+                    o = kp * SA + 4 * (col_s + 16 * s)
+                    assert np.isnan(ahi[o: o + 4]).all(), "a staged word written twice"
                     ahi[o: o + 4] = [vals[0][0][i], vals[0][0][i + 1], vals[1][0][i], vals[1][0][i + 1]]
                 for s in range(TB * NB // 2 // 16):
                     j = 2 * (col + 16 * s)
-                    o = kp * SB + 4 * (col + 16 * s)
+                    o = kp * SB + 4 * (col_s + 16 * s)
+                    assert np.isnan(bhi[o: o + 4]).all(), "a staged word written twice"
                     bhi[o: o + 4] = [vals[0][1][j], vals[1][1][j], vals[0][1][j + 1], vals[1][1][j + 1]]
             for warp in range(4):
                 wm, wn = warp >> 1, warp & 1
@@ -340,11 +350,12 @@ def grad_w_frag(k, g, NB=2, group=16):
                     for lane in range(32):
                         grp, tig = lane >> 2, lane & 3
                         q = 4 * st + tig
+                        grp_s = grp ^ (2 * tig) if DB else grp
                         for mt in range(2):
-                            o = q * SA + 4 * (8 * (2 * wm + mt) + grp)
+                            o = q * SA + 4 * (8 * (2 * wm + mt) + grp_s)
                             af[lane, mt] = ahi[o: o + 4]
                         for n in range(4 * NB):
-                            o = q * SB + 4 * (16 * NB * wn + 8 * (n // 2) + grp) + 2 * (n % 2)
+                            o = q * SB + 4 * (16 * NB * wn + 8 * (n // 2) + grp_s) + 2 * (n % 2)
                             bf[lane, n] = bhi[o: o + 2]
                     for mt in range(2):
                         for n in range(4 * NB):

@@ -29,20 +29,27 @@ GRAD_W = {"float": (16, 16, 4), "f64": (8, 8, 4)}  # grad_w (RD, RU, LD): 64 lag
 # Other float32 tile shapes compiled for scripts/timex_probe.py to compare on the device (not dispatched).
 PROBE_TILED = [(4, 16, 4), (8, 8, 2), (4, 16, 4, 64)]
 PROBE_GRAD_W = [(16, 8, 4), (8, 16, 8), (8, 8, 4)]
-VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "tf32x3_scalar", "naive", "shared",
-            "float4", "batch8", "balanced")
+VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "tf32x3_full", "tf32x3_scalar", "naive",
+            "shared", "float4", "batch8", "balanced")
 LADDER = ("naive", "shared", "float4", "batch8", "balanced")  # the seed's rungs, in order
 BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
 TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3f / timex_tf32x3
-# Toeplitz tf32x3 kernels (format with REV): variant tf32x3 = frag_norot, tf32x3_scalar = run 5's kernel;
-# frag (warp roles rotated with the channel) for the probe: run 6 measured it 1.3-4.5% slower than fixed
-# roles (forward 0.2615 vs 0.2582 ms, 0.2681 vs 0.2566; benchmarks/runs/timex-run6-call*/probe.log)
-TOEPLITZ_TF32X3 = {"frag": "timex_tf32x3f<{}, true>", "scalar": "timex_tf32x3<{}>",
-                   "frag_norot": "timex_tf32x3f<{}, false>"}
-TOEPLITZ_DEFAULT = "frag_norot"
-GRAD_W_TF32X3 = "frag2"   # tf32x3 grad_w kernel: timex_grad_w_frag<2> (frag1, and the first band kernel
-                         # timex_grad_w_tf32x3 with 16 / 32 K rows per chunk, are compiled for the probe)
-GRAD_W_TF32X3_ALL = ("frag2", "frag1", 16, 32)
+# Toeplitz tf32x3 kernels (format with REV): variant tf32x3 = TOEPLITZ_DEFAULT, tf32x3_full = frag_norot (the
+# default of run 6 to issue 3's helper run: every MMA of the diagonal chunks), tf32x3_scalar = run 5's kernel;
+# frag_tri = frag_norot skipping the MMA tiles wholly above the diagonal; frag (warp roles rotated with the
+# channel) for the probe: run 6 measured it 1.3-4.5% slower than fixed roles (forward 0.2615 vs 0.2582 ms,
+# 0.2681 vs 0.2566; benchmarks/runs/timex-run6-call*/probe.log)
+TOEPLITZ_TF32X3 = {"frag": "timex_tf32x3f<{}, true, false>", "scalar": "timex_tf32x3<{}>",
+                   "frag_norot": "timex_tf32x3f<{}, false, false>", "frag_tri": "timex_tf32x3f<{}, false, true>"}
+TOEPLITZ_DEFAULT = "frag_tri"
+TOEPLITZ_VARIANTS = {"tf32x3": TOEPLITZ_DEFAULT, "tf32x3_full": "frag_norot", "tf32x3_scalar": "scalar"}
+# tf32x3 grad_w kernels: 'fragNB' = timex_grad_w_frag<NB> (fragment-order staging, NB bands per block), 'frag2db'
+# = timex_grad_w_frag<2, VEC, true> (two swizzled staging buffers, one barrier per chunk; the default since issue
+# 3's helper run), 16 / 32 = the first band kernel timex_grad_w_tf32x3 (K rows per chunk); all but the default
+# are compiled for the probe and the tests
+GRAD_W_FRAG = {"frag2db": (2, True), "frag2": (2, False), "frag1": (1, False)}  # name -> (NB, DB)
+GRAD_W_TF32X3 = "frag2db"
+GRAD_W_TF32X3_ALL = ("frag2db", "frag2", "frag1", 16, 32)
 BAND = 64                # band tile of timex_grad_w_tf32x3 (TXB)
 # 'auto' takes a tf32x3 kernel for float32 where the H200 runs (benchmarks/runs/timex-run4-probe.log) measured
 # it faster and its error stays within float32's 1e-5. The error grows with the MMA accumulation length: the
@@ -72,11 +79,12 @@ def _grad_w_name(dtype, cfg=None, vec=False):
 
 
 def _grad_w_tf32x3_name(chunk=None, vec=False):
-    """chunk: None (the default kernel), 'frag1' / 'frag2' (fragment-order staging, 1 or 2 bands per block),
-    or 16 / 32 (the first band kernel's K rows per chunk)."""
+    """chunk: None (the default kernel), a key of GRAD_W_FRAG, or 16 / 32 (the first band kernel's K rows per
+    chunk)."""
     chunk = chunk or GRAD_W_TF32X3
     if isinstance(chunk, str):
-        return f"timex_grad_w_frag<{chunk[len('frag'):]}, {_b(vec)}>"
+        nb, db = GRAD_W_FRAG[chunk]
+        return f"timex_grad_w_frag<{nb}, {_b(vec)}{', true' if db else ''}>"
     return f"timex_grad_w_tf32x3<{chunk}, {_b(vec)}>"
 
 
@@ -219,9 +227,8 @@ def timex_impl(w, k, eps: float = 0.0, variant: str = "auto"):
             if dtype != "float64" and name not in TILED:
                 raise ValueError(f"timex: variant {variant!r} is for float64 only")
             _launch_tiled(dtype, name, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T)
-        elif variant in ("tf32x3", "tf32x3_scalar"):
-            _launch_tf32x3(dtype, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T,
-                           "scalar" if variant == "tf32x3_scalar" else TOEPLITZ_DEFAULT)
+        elif variant in TOEPLITZ_VARIANTS:
+            _launch_tf32x3(dtype, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T, TOEPLITZ_VARIANTS[variant])
         elif variant == "naive":
             _launch_naive(f"timex_naive<{CTYPES[dtype]}>", B * C * T,
                           (wc, np.int64(ws[0]), kc, np.int64(ks[0]), np.int64(ks[1]), out, eps,
@@ -319,7 +326,7 @@ def timex_backward(w, k, grad_out, *, variant: str = "auto"):
 def backward_variant(variant: str) -> str:
     """The backward a forward variant's autograd uses: auto, naive and tf32x3 their own, tf32x3_scalar the
     tf32x3 one, the other (SIMT) rungs the SIMT tiled kernels."""
-    if variant == "tf32x3_scalar":
+    if variant in ("tf32x3_scalar", "tf32x3_full"):
         return "tf32x3"
     return variant if variant in ("auto", "naive", "tf32x3") else "tiled"
 
@@ -396,7 +403,7 @@ def _launch_grad_w_tf32x3(dtype, k, ks, g, gs, gw, B, C, T, ws=None, chunk=None,
     if ws is None:
         ws = cupy.empty((C, nt, 2 * BAND), cupy.float32)
     chunk = chunk or GRAD_W_TF32X3
-    nb = int(chunk[len("frag"):]) if isinstance(chunk, str) else 1  # bands per block
+    nb = GRAD_W_FRAG[chunk][0] if isinstance(chunk, str) else 1  # bands per block
     if vec is None:  # the frag kernels load 2 elements at a time, the first band kernel 4
         step = 2 if isinstance(chunk, str) else 4
         vec = T % step == 0 and _aligned(k, ks, step) and _aligned(g, gs, step)
