@@ -703,20 +703,74 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
 // below m = 4D + 3 are not loaded. Each of the three chunk kinds is its own unrolled copy (compile-time
 // bounds; no per-tile branch). Skipping exact zeros: same sums, except that an Inf/NaN in a later k no longer
 // reaches earlier outputs through 0 * Inf.
+// COMB (grad_k launched after timex_grad_w_frag): the block also does timex_grad_w_bands' combine for its
+// share of channel c's lags (the channel's gridDim.y * gridDim.z blocks split its T lags), reading the band
+// workspace ws and writing gw, so the backward needs no third launch. Otherwise ws and gw are not touched.
 // Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1. REV as in timex_tiled.
-template <int V>
-struct TxInt {
-  static constexpr int value = V;
-};
-template <bool REV, bool ROT, bool TRI>
+constexpr int TXB = 64;  // band tile of the tf32x3 grad_w kernels
+
+// One 32-u chunk of timex_tf32x3f's MMAs for one warp. D = -1: the whole chunk; D = 0 / 1: the slice's
+// diagonal chunk at ts + 32 D, n-tiles j < 4D + s skipped and B fragments below m = 4D + 3 not loaded.
+// tp: the chunk's tap pairs from this warp's first fragment (m = 0); a_hi / a_lo: the k tile's fragments.
+template <int D>
+__device__ __forceinline__ void tf32x3f_chunk(float (&acc)[2][8][4], const uint4* tp, const unsigned* a_hi,
+                                              const unsigned* a_lo, int lane) {
+  constexpr int M0 = D < 0 ? 0 : 4 * D + 3;
+  // B fragments: n-tile j at k-step s uses m = j - s + 3 in [0, 11): taps at i (b0) and i - 4 (b1)
+  uint4 bf[11];
+#pragma unroll
+  for (int m = M0; m < 11; ++m) bf[m] = tp[8 * m];
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint4 ah[2], al[2];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      ah[mt] = reinterpret_cast<const uint4*>(a_hi)[(s * 2 + mt) * 32 + lane];
+      al[mt] = reinterpret_cast<const uint4*>(a_lo)[(s * 2 + mt) * 32 + lane];
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = D < 0 ? 0 : 4 * D + s; j < 8; ++j) {
+        const uint4 b = bf[j - s + 3];
+        mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&al[mt]), b.x, b.y);
+        mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.z, b.w);
+        mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.x, b.y);
+      }
+  }
+}
+
+template <bool REV, bool ROT, bool TRI, bool COMB>
 __global__ void __launch_bounds__(TX_THREADS, 3)
 timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restrict__ k, long long sb, long long sc,
-              float* __restrict__ out, double eps, int B, int C, int T) {
+              float* __restrict__ out, double eps, int B, int C, int T, const float* __restrict__ ws,
+              float* __restrict__ gw) {
   constexpr int BM = 32, TN = 256, KU = 32, NTAP = TN + KU;
   constexpr int NK = KU * BM / TX_THREADS;  // 8 k values per thread per chunk
   constexpr int NTP = (NTAP + TX_THREADS - 1) / TX_THREADS;  // 3 tap entries per thread
   __shared__ __align__(16) unsigned ahi[2][KU * BM], alo[2][KU * BM];
   __shared__ __align__(16) uint4 tp[2][NTAP];
+
+  if constexpr (COMB) {  // grad_w[c, jj] of channel c = blockIdx.x for this block's share of jj, as
+                         // timex_grad_w_bands: lag d = T-1-jj = 64 L + r
+    const long long parts = (long long)gridDim.y * gridDim.z, part = blockIdx.y + (long long)gridDim.y * blockIdx.z;
+    const long long per = (T + parts - 1) / parts;
+    const int nt = (T + TXB - 1) / TXB, j1 = (int)min((long long)T, (part + 1) * per);
+    const float* wsc = ws + (long long)blockIdx.x * nt * (2 * TXB);
+    float* gwc = gw + (long long)blockIdx.x * T;
+    for (int jj = (int)min((long long)T, part * per) + threadIdx.x; jj < j1; jj += 2 * TX_THREADS) {
+      float v[2][2];  // two lags per pass, their four loads in flight together
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int x = jj + h * TX_THREADS, d = T - 1 - x, L = d / TXB, r = d % TXB;
+        v[h][0] = x < j1 ? wsc[L * (2 * TXB) + TXB - 1 + r] : 0.f;
+        v[h][1] = x < j1 && r > 0 && L + 1 < nt ? wsc[(L + 1) * (2 * TXB) + r - 1] : 0.f;
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (jj + h * TX_THREADS < j1) gwc[jj + h * TX_THREADS] = v[h][0] + v[h][1];
+    }
+  }
 
   const int c = blockIdx.x;
   const int t0 = (gridDim.y - 1 - blockIdx.y) * TN;
@@ -724,10 +778,11 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int grp = lane >> 2, tig = lane & 3;
   const int role = ROT ? (warp + c) & 3 : warp;  // this warp's 64-t slice
-  const int ts = t0 + role * 64;                        // the slice's first time
+  const int ts = t0 + role * 64;             // the slice's first time
   const int u_last = ts < T ? ts + 63 : -1;  // a slice wholly past T computes nothing
   const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
   const float* wrow = w + (long long)c * ldw;
+
 
   // staged element q of this thread: fragment word x + 128 q = ((s*2 + mt)*32 + l)*4 + e with l = x/4, e = x%4,
   // mt = q%2, s = q/2: row b = 16 mt + l/4 + 8 (e&1), u = 8 s + l%4 + 4 (e>>1)
@@ -786,39 +841,14 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
   for (int ch = 0; ch < nchunks; ++ch) {
     const int u0 = ch * KU, buf = ch & 1;
     if (ch + 1 < nchunks) fetch(u0 + KU);  // in flight while this chunk is multiplied
-    // this chunk's MMAs; D = -1: the whole chunk, D = 0 / 1: the chunk at ts + 32 D (tiles with j < 4D + s skipped)
-    auto mma_chunk = [&](auto diag) {
-      constexpr int D = decltype(diag)::value, M0 = D < 0 ? 0 : 4 * D + 3;
-      // B fragments: n-tile j at k-step s uses m = j - s + 3 in [0, 11): taps at i (b0) and i - 4 (b1)
-      uint4 bf[11];
-#pragma unroll
-      for (int m = M0; m < 11; ++m) bf[m] = tp[buf][role * 64 + 8 * (m - 3) + grp - tig + KU - 1];
-#pragma unroll
-      for (int s = 0; s < KU / 8; ++s) {
-        uint4 ah[2], al[2];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          ah[mt] = reinterpret_cast<const uint4*>(ahi[buf])[(s * 2 + mt) * 32 + lane];
-          al[mt] = reinterpret_cast<const uint4*>(alo[buf])[(s * 2 + mt) * 32 + lane];
-        }
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int j = D < 0 ? 0 : 4 * D + s; j < 8; ++j) {
-            const uint4 b = bf[j - s + 3];
-            mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&al[mt]), b.x, b.y);
-            mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.z, b.w);
-            mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.x, b.y);
-          }
-      }
-    };
     if (u0 <= u_last) {  // warp-uniform: else only zero taps left for this slice (or all its t >= T)
+      const uint4* tpw = tp[buf] + role * 64 - 24 + grp - tig + KU - 1;  // fragment m at tpw[8 m]
       if (!TRI || u0 < ts)
-        mma_chunk(TxInt<-1>());
+        tf32x3f_chunk<-1>(acc, tpw, ahi[buf], alo[buf], lane);
       else if (u0 == ts)
-        mma_chunk(TxInt<0>());
+        tf32x3f_chunk<0>(acc, tpw, ahi[buf], alo[buf], lane);
       else
-        mma_chunk(TxInt<1>());
+        tf32x3f_chunk<1>(acc, tpw, ahi[buf], alo[buf], lane);
     }
     if (ch + 1 < nchunks) stage(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
     __syncthreads();
@@ -843,7 +873,6 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
 // VEC: 4-element global loads (T, strides and pointers multiples of 4 elements).
 // KC: K rows per chunk (16: 4 blocks per SM; 32: fewer barriers, 3 blocks per SM).
 // Launch: 1-D grid of C*ceil(T/64) blocks of 128; any B, C, T >= 1 (B*ceil(T/64) < 2^31).
-constexpr int TXB = 64;  // band tile
 template <int KC, bool VEC>
 __global__ void __launch_bounds__(TX_THREADS, KC <= 16 ? 4 : 3)
 timex_grad_w_tf32x3(const float* __restrict__ k, long long ksb, long long ksc, const float* __restrict__ g,
@@ -981,27 +1010,21 @@ timex_grad_w_tf32x3(const float* __restrict__ k, long long ksb, long long ksc, c
 // Warp (wm, wn) owns i in [32wm, 32wm+32) x j in [32NB wn, 32NB (wn+1)). A thread stages rows 2(tid/16) and
 // 2(tid/16)+1 of each 16-row chunk (one (b, p) counter pair each, no divisions in the loop).
 // VEC: 2-element global loads (T, strides and pointers even). Writes ws as timex_grad_w_tf32x3 does.
-// DB (double buffer): two staging buffers and one barrier per chunk (the next chunk is split and stored after
-// this one's MMAs, as timex_tf32x3f does); to fit two buffers in 48 KB the row pairs lose their 8-float pad
-// and the 4-float groups are swizzled instead: group G of row pair q sits at G ^ 2(q % 4), which keeps the
-// fragment loads (lanes: q % 4 = tig, G % 8 = 2(grp / 2) .. + 1) and the stores conflict-free.
 // Launch: 1-D grid of C*ceil(ceil(T/64)/NB) blocks of 128; any B, C, T >= 1 (B*ceil(T/64) < 2^31).
-template <int NB, bool VEC, bool DB = false>
+template <int NB, bool VEC>
 __global__ void __launch_bounds__(TX_THREADS, NB == 1 ? 4 : 3)
 timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, const float* __restrict__ g,
                   long long gsb, long long gsc, float* __restrict__ ws, int B, int C, int T) {
   constexpr int KC = 16, KP = KC / 2;             // K rows per chunk, row pairs
-  constexpr int PAD = DB ? 0 : 8;
-  constexpr int SA = TXB * 2 + PAD, SB = TXB * NB * 2 + PAD;  // floats per row pair (2 rows + pad)
+  constexpr int SA = TXB * 2 + 8, SB = TXB * NB * 2 + 8;  // floats per row pair (2 rows + pad)
   constexpr int NA = TXB / 2 / 16, NG = TXB * NB / 2 / 16;  // 2-column groups per thread per row
   constexpr int SE = TXB + 1;                     // epilogue tile row
-  constexpr int STAGE = 2 * KP * (SA + SB) * (DB ? 2 : 1), EPI = NB * TXB * SE;
+  constexpr int STAGE = 2 * KP * (SA + SB), EPI = NB * TXB * SE;
   __shared__ __align__(16) float sm[STAGE > EPI ? STAGE : EPI];
   float* const ahi = sm;
   float* const alo = ahi + KP * SA;
   float* const bhi = alo + KP * SA;
   float* const blo = bhi + KP * SB;
-  constexpr int BUF = 2 * KP * (SA + SB);  // floats per staging buffer (DB)
 
   const int nt = (T + TXB - 1) / TXB, npair = (nt + NB - 1) / NB;
   const long long bid = blockIdx.x;
@@ -1019,9 +1042,6 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
   const int grp = lane >> 2, tig = lane & 3;
   const int wm = warp >> 1, wn = warp & 1;
   const int kp = threadIdx.x >> 4, col = threadIdx.x & 15;  // this thread's staging: row pair, column group
-  // DB's swizzle touches bits 1-2 of the group index only: staged group col + 16 s of row pair kp goes to
-  // (col ^ 2(kp % 4)) + 16 s, fragment group 8 m + grp of row pair q (q % 4 = tig) is read at 8 m + (grp ^ 2 tig)
-  const int col_s = DB ? col ^ (2 * (kp & 3)) : col, grp_s = DB ? grp ^ (2 * tig) : grp;
 
   float acc[2][4 * NB][4];
 #pragma unroll
@@ -1066,13 +1086,15 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
     return hi;
   };
 
-  auto stage = [&](int off) {  // the fetched rows, split, into the staging buffer at float offset off
+  if (nchunks > 0) fetch();
+  for (int ch = 0; ch < nchunks; ++ch) {
+    __syncthreads();  // the previous chunk's fragments are read
 #pragma unroll
     for (int s = 0; s < NA; ++s) {  // A: (i even, h0), (i odd, h0), (i even, h1), (i odd, h1)
       uint4 hv, lv;
       hv.x = split(pa[0][s][0], lv.x), hv.y = split(pa[0][s][1], lv.y);
       hv.z = split(pa[1][s][0], lv.z), hv.w = split(pa[1][s][1], lv.w);
-      const int o = off + kp * SA + 4 * (col_s + 16 * s);
+      const int o = kp * SA + 4 * (col + 16 * s);
       *reinterpret_cast<uint4*>(ahi + o) = hv;
       *reinterpret_cast<uint4*>(alo + o) = lv;
     }
@@ -1081,25 +1103,25 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
       uint4 hv, lv;
       hv.x = split(pg[0][s][0], lv.x), hv.y = split(pg[1][s][0], lv.y);
       hv.z = split(pg[0][s][1], lv.z), hv.w = split(pg[1][s][1], lv.w);
-      const int o = off + kp * SB + 4 * (col_s + 16 * s);
+      const int o = kp * SB + 4 * (col + 16 * s);
       *reinterpret_cast<uint4*>(bhi + o) = hv;
       *reinterpret_cast<uint4*>(blo + o) = lv;
     }
-  };
-  auto multiply = [&](int off) {  // the chunk staged at float offset off into the accumulators
+    __syncthreads();
+    if (ch + 1 < nchunks) fetch();  // in flight while this chunk is multiplied
 #pragma unroll
     for (int st = 0; st < KC / 8; ++st) {
       const int q = 4 * st + tig;  // row pair of this k-step's fragments
       uint4 ah[2], al[2], bh[2 * NB], bl[2 * NB];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        const int o = off + q * SA + 4 * (8 * (2 * wm + mt) + grp_s);
+        const int o = q * SA + 4 * (8 * (2 * wm + mt) + grp);
         ah[mt] = *reinterpret_cast<const uint4*>(ahi + o);
         al[mt] = *reinterpret_cast<const uint4*>(alo + o);
       }
 #pragma unroll
       for (int p = 0; p < 2 * NB; ++p) {
-        const int o = off + q * SB + 4 * (16 * NB * wn + 8 * p + grp_s);
+        const int o = q * SB + 4 * (16 * NB * wn + 8 * p + grp);
         bh[p] = *reinterpret_cast<const uint4*>(bhi + o);
         bl[p] = *reinterpret_cast<const uint4*>(blo + o);
       }
@@ -1115,33 +1137,6 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
           mma_tf32(acc[mt][n], a_h, b_l[0], b_l[1]);
           mma_tf32(acc[mt][n], a_h, b_h[0], b_h[1]);
         }
-    }
-  };
-
-  if constexpr (DB) {
-    if (nchunks > 0) {
-      fetch();
-      stage(0);
-    }
-    __syncthreads();
-    auto step = [&](int ch, int off) {
-      if (ch + 1 < nchunks) fetch();  // in flight while this chunk is multiplied
-      multiply(off);
-      if (ch + 1 < nchunks) stage(BUF - off);  // the other buffer: its last readers passed the previous barrier
-      __syncthreads();
-    };
-    for (int ch = 0; ch < nchunks; ch += 2) {  // unrolled by two: the buffer offsets are constants
-      step(ch, 0);
-      if (ch + 1 < nchunks) step(ch + 1, BUF);
-    }
-  } else {
-    if (nchunks > 0) fetch();
-    for (int ch = 0; ch < nchunks; ++ch) {
-      __syncthreads();  // the previous chunk's fragments are read
-      stage(0);
-      __syncthreads();
-      if (ch + 1 < nchunks) fetch();  // in flight while this chunk is multiplied
-      multiply(0);
     }
   }
 

@@ -110,9 +110,10 @@ def main():
 
 def ab(timer=None, rounds=3):
     """Issue 3 helper run: the Toeplitz kernel with and without the diagonal-chunk tile skip (frag_tri vs
-    frag_norot), grad_w with one barrier and two swizzled buffers (frag2db) vs frag2, the band combine alone,
-    and the whole backward / forward+backward with the run-6 kernels vs the new defaults; rounds alternate the
-    versions (A B A B ...) so the spread between rounds shows the noise. B=32 C=768 T=768 float32."""
+    frag_norot), the band combine alone, and the whole backward / forward+backward with the run-6 kernels, with
+    frag_tri and the separate combine kernel, and with the combine done by grad_k's kernel (the default);
+    rounds alternate the versions (A B C A B C ...) so the spread between rounds shows the noise.
+    B=32 C=768 T=768 float32."""
     timer = timer or Timer()
     B, C, T = 32, 768, 768
     flop = 2 * B * C * T * (T + 1) // 2
@@ -125,31 +126,36 @@ def ab(timer=None, rounds=3):
     nt = -(-T // tx.BAND)
     ws = cupy.empty((C, nt, 2 * tx.BAND), cupy.float32)
 
-    def toeplitz(kern, rev, x, out):
-        return lambda: tx._launch_tf32x3("float32", rev, w, T, x, C * T, T, out, 0.0, B, C, T, kern)
+    def toeplitz(kern, rev, x, out, combine=None):
+        return lambda: tx._launch_tf32x3("float32", rev, w, T, x, C * T, T, out, 0.0, B, C, T, kern, combine)
 
-    def grad_w(chunk):
-        return lambda: tx._launch_grad_w_tf32x3("float32", k, st, g, st, gw, B, C, T, ws, chunk=chunk, vec=True)
+    def grad_w(combine=True):
+        return lambda: tx._launch_grad_w_tf32x3("float32", k, st, g, st, gw, B, C, T, ws, vec=True, combine=combine)
 
-    def backward(kern, chunk):
-        return lambda: (toeplitz(kern, True, g, gk)(), grad_w(chunk)())
+    def backward(kern, fused=False):
+        if fused:
+            return lambda: (grad_w(False)(), toeplitz(kern, True, g, gk, (ws, gw))())
+        return lambda: (toeplitz(kern, True, g, gk)(), grad_w()())
 
-    def fwd_bwd(kern, chunk):
-        return lambda: (toeplitz(kern, False, k, o)(), backward(kern, chunk)())
+    def fwd_bwd(kern, fused=False):
+        return lambda: (toeplitz(kern, False, k, o)(), backward(kern, fused)())
 
     combine = lambda: tx._launch_naive("timex_grad_w_bands", C * T, (ws, gw, np.int32(C), np.int32(T)))
     cases = [("forward frag_norot (run 6)", toeplitz("frag_norot", False, k, o), flop),
              ("forward frag_tri", toeplitz("frag_tri", False, k, o), flop),
              ("grad_k frag_norot (run 6)", toeplitz("frag_norot", True, g, gk), flop),
              ("grad_k frag_tri", toeplitz("frag_tri", True, g, gk), flop),
-             ("grad_w frag2 + combine", grad_w("frag2"), flop),
-             ("grad_w frag2db + combine", grad_w("frag2db"), flop),
+             ("grad_k frag_tri + combine", toeplitz("frag_tri", True, g, gk, (ws, gw)), flop),
+             ("grad_w frag2 + combine kernel", grad_w(), flop),
+             ("grad_w frag2 alone", grad_w(False), flop),
              ("grad_w combine alone", combine, 0),
-             ("backward run-6 kernels", backward("frag_norot", "frag2"), 2 * flop),
-             ("backward new (tri, frag2db)", backward("frag_tri", "frag2db"), 2 * flop),
+             ("backward run-6 kernels", backward("frag_norot"), 2 * flop),
+             ("backward tri, combine kernel", backward("frag_tri"), 2 * flop),
+             ("backward tri, combine in grad_k", backward("frag_tri", True), 2 * flop),
              ("backward auto (timex_backward)", lambda: ck.timex_backward(w, k, g), 2 * flop),
-             ("fwd+bwd run-6 kernels", fwd_bwd("frag_norot", "frag2"), 3 * flop),
-             ("fwd+bwd new (tri, frag2db)", fwd_bwd("frag_tri", "frag2db"), 3 * flop)]
+             ("fwd+bwd run-6 kernels", fwd_bwd("frag_norot"), 3 * flop),
+             ("fwd+bwd tri, combine kernel", fwd_bwd("frag_tri"), 3 * flop),
+             ("fwd+bwd tri, combine in grad_k", fwd_bwd("frag_tri", True), 3 * flop)]
     times = {name: [] for name, _, _ in cases}
     for _ in range(rounds):
         for name, fn, _ in cases:
@@ -167,10 +173,9 @@ def ab(timer=None, rounds=3):
         o.fill(np.nan), gk.fill(np.nan)
         toeplitz(kern, False, k, o)(), toeplitz(kern, True, g, gk)()
         print(f"ab check {kern}: out {e(o, ref):.2e} grad_k {e(gk, rgk):.2e}")
-    for chunk in ("frag2", "frag2db"):
-        gw.fill(np.nan), ws.fill(np.nan)
-        grad_w(chunk)()
-        print(f"ab check grad_w {chunk}: {e(gw, rgw):.2e}")
+    gw.fill(np.nan), gk.fill(np.nan), ws.fill(np.nan)
+    backward("frag_tri", True)()
+    print(f"ab check combine in grad_k: grad_w {e(gw, rgw):.2e} grad_k {e(gk, rgk):.2e}")
     gw2, gk2 = ck.timex_backward(w, k, g)
     print(f"ab check default: out {e(ck.timex(w, k), ref):.2e} grad_w {e(gw2, rgw):.2e} grad_k {e(gk2, rgk):.2e}")
 

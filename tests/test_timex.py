@@ -102,19 +102,18 @@ def test_tf32x3_fragment_maps_emulated(shape):
         assert rel_err(kern(w, k, 0.0, True), rgk) < 1e-13
 
 
-@pytest.mark.parametrize("nb,db", [(1, False), (2, False), (2, True)])
+@pytest.mark.parametrize("nb", [1, 2])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 37), (5, 2, 130), (2, 1, 64), (3, 17, 65), (1, 1, 200),
                                    (4, 1, 257)])
-def test_grad_w_frag_emulated(shape, nb, db):
-    """The fragment-order grad_w (timex_grad_w_frag<NB, VEC, DB>): row-pair staging (DB: swizzled, unpadded),
-    (b, p) counters (np < 16 and B*np not a multiple of 16), both bands' fragment maps and diagonal sums, an
-    odd number of bands."""
+def test_grad_w_frag_emulated(shape, nb):
+    """The fragment-order grad_w (timex_grad_w_frag<NB>): row-pair staging, (b, p) counters (np < 16 and
+    B*np not a multiple of 16), both bands' fragment maps and diagonal sums, an odd number of bands."""
     import timex_emulate as emu
 
     r = rng()
     B, C, T = shape
     w, k, g = r.standard_normal((C, T)), r.standard_normal(shape), r.standard_normal(shape)
-    assert rel_err(emu.grad_w_frag(k, g, nb, DB=db), tx.reference_backward(w, k, g)[0]) < 1e-13
+    assert rel_err(emu.grad_w_frag(k, g, nb), tx.reference_backward(w, k, g)[0]) < 1e-13
 
 
 @pytest.mark.parametrize("chunk", [16, 32])
@@ -384,6 +383,26 @@ def test_grad_w_tf32x3_chunks_and_loads(chunk, vec):
         err = rel_err(runs[0], tx.reference_backward(w, k, g)[0])
         assert err <= TF32X3_TOL, (chunk, vec, B, C, T, err)
         assert np.array_equal(runs[0], runs[1]), (chunk, vec, B, C, T, "not deterministic")
+
+
+@gpu
+@pytest.mark.parametrize("shape", [(32, 3, 768), (70, 2, 1000), (1, 2, 1), (3, 2, 5000), (33, 1, 129), (12, 5, 64)])
+def test_grad_k_kernel_combines_grad_w_bands(shape, poison):
+    """The tf32x3 backward's grad_w is combined by grad_k's kernel (its blocks split each channel's lags): gw
+    (NaN-poisoned) equals, bit for bit, the bands combined by the separate timex_grad_w_bands kernel."""
+    import cupy
+
+    r = rng()
+    B, C, T = shape
+    w, k, g = r.standard_normal((C, T)) / np.sqrt(T), r.standard_normal(shape), r.standard_normal(shape)
+    wd, kd, gd = (cupy_array(x, "float32") for x in (w, k, g))
+    gw, gk = tx.timex_backward(wd, kd, gd, variant="tf32x3")
+    sep = cupy.full((C, T), np.nan, np.float32)
+    st = (C * T, T, 1)
+    tx._launch_grad_w_tf32x3("float32", kd, st, gd, st, sep, B, C, T)
+    assert np.array_equal(cupy.asnumpy(gw), cupy.asnumpy(sep)), shape
+    rgw, rgk = tx.reference_backward(rounded(w, "float32"), rounded(k, "float32"), rounded(g, "float32"))
+    assert rel_err(gw, rgw) <= TF32X3_TOL and rel_err(gk, rgk) <= TF32X3_TOL, shape
 
 
 @gpu

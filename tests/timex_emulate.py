@@ -294,15 +294,12 @@ def grad_w_tf32x3(k, g, KC=16, group=16):
     return _combine_bands(ws, C, T, TB, nt)
 
 
-def grad_w_frag(k, g, NB=2, group=16, DB=False):
-    """timex_grad_w_frag<NB, VEC, DB> + timex_grad_w_bands: fragment-order staging (row pairs, per-thread (b, p)
-    counters), NB bands per block, diagonal sums per band, then the two-band combine (exact products). DB: the
-    unpadded rows with swizzled 4-float groups (each chunk's buffer written once per word, every word read is
-    written; the double buffering itself is a matter of barriers, not indices)."""
+def grad_w_frag(k, g, NB=2, group=16):
+    """timex_grad_w_frag<NB, VEC> + timex_grad_w_bands: fragment-order staging (row pairs, per-thread (b, p)
+    counters), NB bands per block, diagonal sums per band, then the two-band combine (exact products)."""
     B, C, T = k.shape
     TB, KC, KP, SE = 64, 16, 8, 65
-    PAD = 0 if DB else 8
-    SA, SB = 2 * TB + PAD, 2 * TB * NB + PAD
+    SA, SB = 2 * TB + 8, 2 * TB * NB + 8
     nt = -(-T // TB)
     npair = -(-nt // NB)
     ws = np.full((C, nt, 2 * TB), np.nan)
@@ -332,16 +329,13 @@ def grad_w_frag(k, g, NB=2, group=16, DB=False):
                         p -= np_
                         b += 1
                     ctr[tid][h] = [b, p]
-                col_s = col ^ (2 * (kp & 3)) if DB else col
                 for s in range(TB // 2 // 16):
                     i = 2 * (col + 16 * s)
-                    o = kp * SA + 4 * (col_s + 16 * s)
-                    assert np.isnan(ahi[o: o + 4]).all(), "a staged word written twice"
+                    o = kp * SA + 4 * (col + 16 * s)
                     ahi[o: o + 4] = [vals[0][0][i], vals[0][0][i + 1], vals[1][0][i], vals[1][0][i + 1]]
                 for s in range(TB * NB // 2 // 16):
                     j = 2 * (col + 16 * s)
-                    o = kp * SB + 4 * (col_s + 16 * s)
-                    assert np.isnan(bhi[o: o + 4]).all(), "a staged word written twice"
+                    o = kp * SB + 4 * (col + 16 * s)
                     bhi[o: o + 4] = [vals[0][1][j], vals[1][1][j], vals[0][1][j + 1], vals[1][1][j + 1]]
             for warp in range(4):
                 wm, wn = warp >> 1, warp & 1
@@ -350,12 +344,11 @@ def grad_w_frag(k, g, NB=2, group=16, DB=False):
                     for lane in range(32):
                         grp, tig = lane >> 2, lane & 3
                         q = 4 * st + tig
-                        grp_s = grp ^ (2 * tig) if DB else grp
                         for mt in range(2):
-                            o = q * SA + 4 * (8 * (2 * wm + mt) + grp_s)
+                            o = q * SA + 4 * (8 * (2 * wm + mt) + grp)
                             af[lane, mt] = ahi[o: o + 4]
                         for n in range(4 * NB):
-                            o = q * SB + 4 * (16 * NB * wn + 8 * (n // 2) + grp_s) + 2 * (n % 2)
+                            o = q * SB + 4 * (16 * NB * wn + 8 * (n // 2) + grp) + 2 * (n % 2)
                             bf[lane, n] = bhi[o: o + 2]
                     for mt in range(2):
                         for n in range(4 * NB):

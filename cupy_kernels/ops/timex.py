@@ -39,17 +39,16 @@ TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3f / timex_tf
 # frag_tri = frag_norot skipping the MMA tiles wholly above the diagonal; frag (warp roles rotated with the
 # channel) for the probe: run 6 measured it 1.3-4.5% slower than fixed roles (forward 0.2615 vs 0.2582 ms,
 # 0.2681 vs 0.2566; benchmarks/runs/timex-run6-call*/probe.log)
-TOEPLITZ_TF32X3 = {"frag": "timex_tf32x3f<{}, true, false>", "scalar": "timex_tf32x3<{}>",
-                   "frag_norot": "timex_tf32x3f<{}, false, false>", "frag_tri": "timex_tf32x3f<{}, false, true>"}
+TOEPLITZ_TF32X3 = {"frag": "timex_tf32x3f<{}, true, false, false>", "scalar": "timex_tf32x3<{}>",
+                   "frag_norot": "timex_tf32x3f<{}, false, false, false>",
+                   "frag_tri": "timex_tf32x3f<{}, false, true, false>"}
+# grad_k by the default Toeplitz kernel that also finishes grad_w (the band combine) after timex_grad_w_frag
+TOEPLITZ_GRAD_K_COMBINE = "timex_tf32x3f<true, false, true, true>"
 TOEPLITZ_DEFAULT = "frag_tri"
 TOEPLITZ_VARIANTS = {"tf32x3": TOEPLITZ_DEFAULT, "tf32x3_full": "frag_norot", "tf32x3_scalar": "scalar"}
-# tf32x3 grad_w kernels: 'fragNB' = timex_grad_w_frag<NB> (fragment-order staging, NB bands per block), 'frag2db'
-# = timex_grad_w_frag<2, VEC, true> (two swizzled staging buffers, one barrier per chunk; the default since issue
-# 3's helper run), 16 / 32 = the first band kernel timex_grad_w_tf32x3 (K rows per chunk); all but the default
-# are compiled for the probe and the tests
-GRAD_W_FRAG = {"frag2db": (2, True), "frag2": (2, False), "frag1": (1, False)}  # name -> (NB, DB)
-GRAD_W_TF32X3 = "frag2db"
-GRAD_W_TF32X3_ALL = ("frag2db", "frag2", "frag1", 16, 32)
+GRAD_W_TF32X3 = "frag2"   # tf32x3 grad_w kernel: timex_grad_w_frag<2> (frag1, and the first band kernel
+                         # timex_grad_w_tf32x3 with 16 / 32 K rows per chunk, are compiled for the probe)
+GRAD_W_TF32X3_ALL = ("frag2", "frag1", 16, 32)
 BAND = 64                # band tile of timex_grad_w_tf32x3 (TXB)
 # 'auto' takes a tf32x3 kernel for float32 where the H200 runs (benchmarks/runs/timex-run4-probe.log) measured
 # it faster and its error stays within float32's 1e-5. The error grows with the MMA accumulation length: the
@@ -79,12 +78,11 @@ def _grad_w_name(dtype, cfg=None, vec=False):
 
 
 def _grad_w_tf32x3_name(chunk=None, vec=False):
-    """chunk: None (the default kernel), a key of GRAD_W_FRAG, or 16 / 32 (the first band kernel's K rows per
-    chunk)."""
+    """chunk: None (the default kernel), 'frag1' / 'frag2' (fragment-order staging, 1 or 2 bands per block),
+    or 16 / 32 (the first band kernel's K rows per chunk)."""
     chunk = chunk or GRAD_W_TF32X3
     if isinstance(chunk, str):
-        nb, db = GRAD_W_FRAG[chunk]
-        return f"timex_grad_w_frag<{nb}, {_b(vec)}{', true' if db else ''}>"
+        return f"timex_grad_w_frag<{chunk[len('frag'):]}, {_b(vec)}>"
     return f"timex_grad_w_tf32x3<{chunk}, {_b(vec)}>"
 
 
@@ -95,6 +93,7 @@ def _declare():
                   f"timex_naive_grad_w<{CTYPES[dt]}>"]
     names += list(SEED_RUNGS.values())
     names += [n.format(_b(rev)) for n in TOEPLITZ_TF32X3.values() for rev in (False, True)]
+    names += [TOEPLITZ_GRAD_K_COMBINE]
     names += ["timex_grad_w_bands"]
     names += [_grad_w_tf32x3_name(kc, vec) for kc in GRAD_W_TF32X3_ALL for vec in (False, True)]
     for dt in FLOAT_DTYPES:
@@ -256,17 +255,25 @@ def _launch_tiled(dtype, name, rev, w, ldw, x, sb, sc, out, eps, B, C, T, vec=No
                            np.int32(B), np.int32(C), np.int32(T)))
 
 
-def _launch_tf32x3(dtype, rev, w, ldw, x, sb, sc, out, eps, B, C, T, kernel=TOEPLITZ_DEFAULT):
-    """The Toeplitz product on the tensor cores; kernel: a key of TOEPLITZ_TF32X3."""
+def _launch_tf32x3(dtype, rev, w, ldw, x, sb, sc, out, eps, B, C, T, kernel=TOEPLITZ_DEFAULT, combine=None):
+    """The Toeplitz product on the tensor cores; kernel: a key of TOEPLITZ_TF32X3. combine: (ws, gw) for grad_k
+    (rev) by the default kernel: its blocks also combine timex_grad_w_frag's bands in ws into gw."""
     if dtype != "float32":
         raise ValueError(f"timex: variant 'tf32x3' (split-precision TF32 tensor cores) is float32 only; got {dtype}")
     bm, tn = TF32X3_TILE
     grid = (C, ceil_div(T, tn), ceil_div(B, bm))
     if grid[1] > 65535 or grid[2] > 65535:
         raise ValueError(f"timex: T = {T} or B = {B} is beyond this kernel's grid ({tn * 65535} / {bm * 65535})")
-    SOURCE.kernel(TOEPLITZ_TF32X3[kernel].format(_b(rev)))(
-        grid, (THREADS,), (w, np.int64(ldw), x, np.int64(sb), np.int64(sc), out, np.float64(eps),
-                           np.int32(B), np.int32(C), np.int32(T)))
+    args = (w, np.int64(ldw), x, np.int64(sb), np.int64(sc), out, np.float64(eps), np.int32(B), np.int32(C),
+            np.int32(T))
+    if combine is not None:
+        if not (rev and kernel == "frag_tri"):
+            raise ValueError("timex: the band combine runs only in grad_k's default Toeplitz kernel")
+        SOURCE.kernel(TOEPLITZ_GRAD_K_COMBINE)(grid, (THREADS,), args + tuple(combine))
+        return
+    if kernel != "scalar":  # the fragment-order kernels' (unused) ws, gw
+        args += (out, out)
+    SOURCE.kernel(TOEPLITZ_TF32X3[kernel].format(_b(rev)))(grid, (THREADS,), args)
 
 
 def seed_preconditions(variant: str, dtype: str, B: int, T: int) -> str | None:
@@ -356,15 +363,19 @@ def timex_backward_impl(w, k, grad_out, variant: str = "auto"):
                            np.int32(B), np.int32(C), np.int32(T)))
         else:
             tf = variant == "tf32x3"
-            if tf or (variant == "auto" and tf32x3_auto(dtype, B, T)):
-                _launch_tf32x3(dtype, True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
-            else:
-                _launch_tiled(dtype, choose_tiled(dtype, B), True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
-            if tf or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w")):
-                _launch_grad_w_tf32x3(dtype, kc, ks, gc, gs, gw, B, C, T,
-                                      call.empty((C, ceil_div(T, BAND), 2 * BAND), "float32"))
+            tf_k = tf or (variant == "auto" and tf32x3_auto(dtype, B, T))
+            tf_w = tf or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w"))
+            # both on the tensor cores: grad_w's bands first, then grad_k's kernel also combines them into gw
+            if tf_w:
+                wsp = call.empty((C, ceil_div(T, BAND), 2 * BAND), "float32")
+                _launch_grad_w_tf32x3(dtype, kc, ks, gc, gs, gw, B, C, T, wsp, combine=not tf_k)
             else:
                 _launch_grad_w(dtype, None, kc, ks, gc, gs, gw, B, C, T)
+            if tf_k:
+                _launch_tf32x3(dtype, True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T,
+                               combine=(wsp, gw) if tf_w else None)
+            else:
+                _launch_tiled(dtype, choose_tiled(dtype, B), True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
         return call.result(gw), call.result(gk)
 
 
@@ -389,8 +400,9 @@ def _launch_grad_w(dtype, cfg, k, ks, g, gs, gw, B, C, T, vec=None):
                            np.int32(B), np.int32(C), np.int32(T)))
 
 
-def _launch_grad_w_tf32x3(dtype, k, ks, g, gs, gw, B, C, T, ws=None, chunk=None, vec=None):
-    """Band GEMMs into the workspace ws (C, ceil(T/64), 128) float32, then the two-band combine into gw."""
+def _launch_grad_w_tf32x3(dtype, k, ks, g, gs, gw, B, C, T, ws=None, chunk=None, vec=None, combine=True):
+    """Band GEMMs into the workspace ws (C, ceil(T/64), 128) float32, then (combine) the two-band combine into gw;
+    without it, the grad_k launch that follows does the combine (_launch_tf32x3's combine)."""
     import cupy
 
     if dtype != "float32":
@@ -403,14 +415,15 @@ def _launch_grad_w_tf32x3(dtype, k, ks, g, gs, gw, B, C, T, ws=None, chunk=None,
     if ws is None:
         ws = cupy.empty((C, nt, 2 * BAND), cupy.float32)
     chunk = chunk or GRAD_W_TF32X3
-    nb = GRAD_W_FRAG[chunk][0] if isinstance(chunk, str) else 1  # bands per block
+    nb = int(chunk[len("frag"):]) if isinstance(chunk, str) else 1  # bands per block
     if vec is None:  # the frag kernels load 2 elements at a time, the first band kernel 4
         step = 2 if isinstance(chunk, str) else 4
         vec = T % step == 0 and _aligned(k, ks, step) and _aligned(g, gs, step)
     SOURCE.kernel(_grad_w_tf32x3_name(chunk, vec))(
         (C * ceil_div(nt, nb),), (THREADS,), (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), ws,
                                 np.int32(B), np.int32(C), np.int32(T)))
-    _launch_naive("timex_grad_w_bands", C * T, (ws, gw, np.int32(C), np.int32(T)))
+    if combine:
+        _launch_naive("timex_grad_w_bands", C * T, (ws, gw, np.int32(C), np.int32(T)))
 
 
 # ---- float64 references (host, NumPy) -------------------------------------------------------------
