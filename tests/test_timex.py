@@ -387,20 +387,26 @@ def test_grad_w_tf32x3_chunks_and_loads(chunk, vec):
 
 @gpu
 @pytest.mark.parametrize("shape", [(32, 3, 768), (70, 2, 1000), (1, 2, 1), (3, 2, 5000), (33, 1, 129), (12, 5, 64)])
-def test_grad_k_kernel_combines_grad_w_bands(shape, poison):
-    """The tf32x3 backward's grad_w is combined by grad_k's kernel (its blocks split each channel's lags): gw
-    (NaN-poisoned) equals, bit for bit, the bands combined by the separate timex_grad_w_bands kernel."""
+def test_grad_k_kernel_combines_grad_w_bands(shape):
+    """grad_k's kernel with the band combine (TOEPLITZ_GRAD_K_COMBINE, a probe variant; its blocks split each
+    channel's lags): gw (NaN-poisoned) equals, bit for bit, the bands combined by timex_grad_w_bands, and grad_k
+    is the default kernel's."""
     import cupy
 
     r = rng()
     B, C, T = shape
     w, k, g = r.standard_normal((C, T)) / np.sqrt(T), r.standard_normal(shape), r.standard_normal(shape)
     wd, kd, gd = (cupy_array(x, "float32") for x in (w, k, g))
-    gw, gk = tx.timex_backward(wd, kd, gd, variant="tf32x3")
-    sep = cupy.full((C, T), np.nan, np.float32)
     st = (C * T, T, 1)
-    tx._launch_grad_w_tf32x3("float32", kd, st, gd, st, sep, B, C, T)
+    ws = cupy.full((C, -(-T // tx.BAND), 2 * tx.BAND), np.nan, np.float32)
+    gw, sep = cupy.full((C, T), np.nan, np.float32), cupy.full((C, T), np.nan, np.float32)
+    gk, gk_ref = cupy.full(shape, np.nan, np.float32), cupy.full(shape, np.nan, np.float32)
+    tx._launch_grad_w_tf32x3("float32", kd, st, gd, st, gw, B, C, T, ws, combine=False)
+    tx._launch_tf32x3("float32", True, wd, T, gd, C * T, T, gk, 0.0, B, C, T, combine=(ws, gw))
+    tx._launch_grad_w_tf32x3("float32", kd, st, gd, st, sep, B, C, T, ws)
+    tx._launch_tf32x3("float32", True, wd, T, gd, C * T, T, gk_ref, 0.0, B, C, T)
     assert np.array_equal(cupy.asnumpy(gw), cupy.asnumpy(sep)), shape
+    assert np.array_equal(cupy.asnumpy(gk), cupy.asnumpy(gk_ref)), shape
     rgw, rgk = tx.reference_backward(rounded(w, "float32"), rounded(k, "float32"), rounded(g, "float32"))
     assert rel_err(gw, rgw) <= TF32X3_TOL and rel_err(gk, rgk) <= TF32X3_TOL, shape
 

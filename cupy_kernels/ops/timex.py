@@ -42,7 +42,8 @@ TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3f / timex_tf
 TOEPLITZ_TF32X3 = {"frag": "timex_tf32x3f<{}, true, false, false>", "scalar": "timex_tf32x3<{}>",
                    "frag_norot": "timex_tf32x3f<{}, false, false, false>",
                    "frag_tri": "timex_tf32x3f<{}, false, true, false>"}
-# grad_k by the default Toeplitz kernel that also finishes grad_w (the band combine) after timex_grad_w_frag
+# grad_k by the default Toeplitz kernel that also finishes grad_w (the band combine) after timex_grad_w_frag:
+# for the probe and the tests (measured slower than the separate combine kernel: each block's serial prologue)
 TOEPLITZ_GRAD_K_COMBINE = "timex_tf32x3f<true, false, true, true>"
 TOEPLITZ_DEFAULT = "frag_tri"
 TOEPLITZ_VARIANTS = {"tf32x3": TOEPLITZ_DEFAULT, "tf32x3_full": "frag_norot", "tf32x3_scalar": "scalar"}
@@ -362,20 +363,18 @@ def timex_backward_impl(w, k, grad_out, variant: str = "auto"):
                           (kc, np.int64(ks[0]), np.int64(ks[1]), gc, np.int64(gs[0]), np.int64(gs[1]), gw,
                            np.int32(B), np.int32(C), np.int32(T)))
         else:
+            # (grad_k's kernel can also do grad_w's band combine, the third launch: measured 1.7-2.1 us slower at
+            # B=32 C=768 T=768, benchmarks/notes.md, so the separate combine kernel stays)
             tf = variant == "tf32x3"
-            tf_k = tf or (variant == "auto" and tf32x3_auto(dtype, B, T))
-            tf_w = tf or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w"))
-            # both on the tensor cores: grad_w's bands first, then grad_k's kernel also combines them into gw
-            if tf_w:
-                wsp = call.empty((C, ceil_div(T, BAND), 2 * BAND), "float32")
-                _launch_grad_w_tf32x3(dtype, kc, ks, gc, gs, gw, B, C, T, wsp, combine=not tf_k)
-            else:
-                _launch_grad_w(dtype, None, kc, ks, gc, gs, gw, B, C, T)
-            if tf_k:
-                _launch_tf32x3(dtype, True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T,
-                               combine=(wsp, gw) if tf_w else None)
+            if tf or (variant == "auto" and tf32x3_auto(dtype, B, T)):
+                _launch_tf32x3(dtype, True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
             else:
                 _launch_tiled(dtype, choose_tiled(dtype, B), True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
+            if tf or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w")):
+                _launch_grad_w_tf32x3(dtype, kc, ks, gc, gs, gw, B, C, T,
+                                      call.empty((C, ceil_div(T, BAND), 2 * BAND), "float32"))
+            else:
+                _launch_grad_w(dtype, None, kc, ks, gc, gs, gw, B, C, T)
         return call.result(gw), call.result(gk)
 
 
