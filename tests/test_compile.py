@@ -13,6 +13,21 @@ def test_every_cu_file_is_declared():
     assert set(all_sources()) <= set(SOURCES), "a cu_src file that no ops module declares"
 
 
+# Spills we accept, with the most bytes allowed: (file, arch, kernel) -> bytes.
+# - norm_bwd's two-pack half-type form (PACKS = 2) keeps dweight / dbias accumulators in local memory
+#   (L1): measured faster than the spill-free one-pack form on the long rows the host gives it
+#   (norm.TWO_PACK_FROM; benchmarks/notes.md). Every other half-type row takes the spill-free form.
+# - The others keep one value of the row loop in local memory: a store before the loop and one load per
+#   row (~1% of the loop's instructions): norm_bwd<float, 0, *> on sm_80 only, softmax_bwd<float, *,
+#   false> 8 bytes under NVRTC 13.0 (the GPU machine's) and none under 13.5.
+KNOWN_SPILLS = {
+    **{("norm.cu", a, f"norm_bwd<{t}, {m}, {f}, false, 2>"): 800 if m == 0 else 160
+       for a in ARCHS for t in ("half", "bfloat16") for m in (0, 1) for f in (0, 1)},
+    **{("norm.cu", "sm_80", f"norm_bwd<float, 0, {f}, false, 2>"): 32 for f in (0, 1)},
+    **{("softmax.cu", "sm_90", f"softmax_bwd<float, {m}, false>"): 8 for m in (0, 1)},
+}
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", sorted(SOURCES))
 def test_offline_compile(name, arch):
@@ -22,8 +37,28 @@ def test_offline_compile(name, arch):
     assert source.names, f"{name} declares no kernels"
     reports = compile_offline(source, arch)
     assert [r.kernel for r in reports] == source.names
-    spilled = [(r.kernel, r.spill_bytes) for r in reports if r.spill_bytes]
+    spilled = [(r.kernel, r.spill_bytes) for r in reports
+               if r.spill_bytes > KNOWN_SPILLS.get((name, arch, r.kernel), 0)]
     assert not spilled, f"register spills: {spilled}"
+
+
+def test_ptxas_log_spills_stay_with_their_kernel():
+    from cupy_kernels._runtime.kernels import parse_ptxas_log
+
+    log = """ptxas info    : Compiling entry function '_Z1kv' for 'sm_90'
+ptxas info    : Function properties for _Z1kv
+ptxas         .     144 bytes stack frame, 308 bytes spill stores, 316 bytes spill loads
+ptxas info    : Used 64 registers, used 1 barriers, 144 bytes cumulative stack size, 2304 bytes smem
+ptxas info    : Function properties for _Z6helperv
+ptxas         .     8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function '_Z1jv' for 'sm_90'
+ptxas info    : Function properties for _Z1jv
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 30 registers, used 0 barriers, 16 bytes smem
+"""
+    r = parse_ptxas_log(log, {"_Z1kv": "k", "_Z1jv": "j"}, "x.cu", "sm_90")
+    assert (r["k"].spill_bytes, r["k"].stack_bytes, r["k"].registers, r["k"].shared_bytes) == (624, 144, 64, 2304)
+    assert (r["j"].spill_bytes, r["j"].registers) == (0, 30)
 
 
 def test_compile_error_names_file_and_log(tmp_path, monkeypatch):

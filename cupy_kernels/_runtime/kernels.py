@@ -92,6 +92,7 @@ class KernelReport:
 
 
 _ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(\w+)'")
+_PROPS = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
@@ -116,22 +117,33 @@ def compile_offline(source: KernelSource, arch: str) -> list[KernelReport]:
     except Exception as e:
         raise KernelCompileError(f"cu_src/{source.filename} for {arch}: {e}\n{log.getvalue()}") from e
     mangled_to_name = {(v.decode() if isinstance(v, bytes) else v): k for k, v in code.symbol_mapping.items()}
-    reports: dict[str, KernelReport] = {}
-    current = None
-    for line in log.getvalue().splitlines():
-        if m := _ENTRY.search(line):
-            current = KernelReport(source.filename, arch, mangled_to_name.get(m.group(1), m.group(1)), 0, 0, 0, 0)
-            reports[current.kernel] = current
-        elif current is None:
-            continue
-        elif m := _FRAME.search(line):
-            current.stack_bytes = int(m.group(1))
-            current.spill_bytes = int(m.group(2)) + int(m.group(3))
-        elif m := _USED.search(line):
-            current.registers = int(m.group(1))
-            if s := _SMEM.search(line):
-                current.shared_bytes = int(s.group(1))
+    reports = parse_ptxas_log(log.getvalue(), mangled_to_name, source.filename, arch)
     missing = [n for n in source.names if n not in reports]
     if missing:
         raise KernelCompileError(f"cu_src/{source.filename} for {arch}: no ptxas report for {missing}")
     return [reports[n] for n in source.names]
+
+
+def parse_ptxas_log(text: str, mangled_to_name: dict, filename: str, arch: str) -> dict[str, KernelReport]:
+    """Kernel name -> report from `ptxas -v` output. Each kernel's figures sit in its own "Function
+    properties for <mangled>" block; a called __noinline__ function gets a block of its own after the
+    kernel's, which must not overwrite the kernel's spills (that once hid 800-byte spills)."""
+    reports: dict[str, KernelReport] = {}
+    by_mangled: dict[str, KernelReport] = {}
+    props = None  # the kernel whose block the log is in, or None (a called function's block)
+    for line in text.splitlines():
+        if m := _ENTRY.search(line):
+            props = KernelReport(filename, arch, mangled_to_name.get(m.group(1), m.group(1)), 0, 0, 0, 0)
+            reports[props.kernel] = by_mangled[m.group(1)] = props
+        elif m := _PROPS.search(line):
+            props = by_mangled.get(m.group(1))
+        elif props is None:
+            continue
+        elif m := _FRAME.search(line):
+            props.stack_bytes = int(m.group(1))
+            props.spill_bytes = int(m.group(2)) + int(m.group(3))
+        elif m := _USED.search(line):
+            props.registers = int(m.group(1))
+            if s := _SMEM.search(line):
+                props.shared_bytes = int(s.group(1))
+    return reports
