@@ -9,11 +9,16 @@
 #include "common/rows.cuh"
 
 enum { LAYER = 0, RMS = 1 };
-// norm_bwd: 16-byte packs of each of x and dy per thread (16 elements of a half type, 8 of float32, 4 of
-// float64), blocks of up to 512 threads (256 float64), two resident per SM: 64 registers (float64 128)
-// hold both rows and the thread's dweight / dbias column accumulators, 32 warps per SM (as softmax_bwd).
-template <typename T> struct NormBwdPacks { static constexpr int value = 2; };
-template <typename T> struct NormBwdThreads { static constexpr int value = sizeof(T) == 8 ? 256 : 512; };
+// norm_bwd: PACKS 16-byte packs of each of x and dy per thread. Two for float32 / float64 (8 / 4 elements):
+// both rows and the thread's dweight / dbias column accumulators (one per element) fit 64 registers
+// (float64 128). A half type has two forms: PACKS = 1 (8 elements; 1024-thread blocks, one per SM, so an
+// 8192-element row fits one block) fits without spilling; PACKS = 2 (16 elements, 512-thread blocks, two
+// per SM) spills accumulators (128 bytes rms, ~700 layer) yet measured faster on long rows, where the
+// second resident block hides the row's exchange (the host picks; benchmarks/notes.md).
+template <typename T, int PACKS> struct NormBwdThreads {
+  static constexpr int value = sizeof(T) == 8 ? 256 : sizeof(T) == 2 && PACKS == 1 ? 1024 : 512;
+};
+template <typename T, int PACKS> struct NormBwdMinBlocks { static constexpr int value = sizeof(T) == 2 && PACKS == 1 ? 1 : 2; };
 
 // Launch: 1-D grid of blocks of G * groups threads (<= FwdThreads: 1024, float64 512; G = block when
 // G > 32); block b takes
@@ -22,7 +27,8 @@ template <typename T> struct NormBwdThreads { static constexpr int value = sizeo
 //   layer: y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps), var biased: shifted sums in
 //          one paired reduction, the exact two-pass where they would cancel (see below)
 //   rms:   y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)
-template <typename T, int MODE>
+// STAGE: the next row staged in dynamic shared memory while this one is processed, as softmax_fwd.
+template <typename T, int MODE, bool STAGE>
 __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, T* y, const T* __restrict__ w,
                                                   const T* __restrict__ b, typename AccOf<T>::type* __restrict__ mean_out,
                                                   typename AccOf<T>::type* __restrict__ rstd_out, long long rows,
@@ -42,10 +48,18 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
   const unsigned mask = group_mask(G);
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;
-  for (long long row = rg * gpb + gi; row < rows; row += nrg * gpb) {
+  extern __shared__ int4 staged[];
+  P* const sx = reinterpret_cast<P*>(staged);
+  const long long step = nrg * gpb;
+  long long row = rg * gpb + gi;
+  if (STAGE && row < rows) {
+    stage_packs<T, MAXP>(sx, x + row * n + begin, L);
+    cp_async_commit();
+  }
+  for (; row < rows; row += step) {
     const T* xr = x + row * n + begin;
     P r[MAXP];
-    load_packs<T, MAXP>(r, xr, L, 0.f);
+    load_row<STAGE, T, MAXP>(r, sx, x, row * n + begin, step * n, row + step < rows, L, 0.f);
     A mean = A(0), rstd;
     if (MODE == LAYER) {
       // One reduction for both moments: sums shifted by K, the segment's first element (the same for
@@ -55,17 +69,27 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
       // than 2.6 standard deviations off, under 1% of the rows of normal data) the segment takes the
       // exact second pass around the mean instead. The decision is uniform: every thread of the
       // group holds the same reduced sums (a butterfly adds commutatively).
+      // (K is loaded after the packs: a fill value taken from it would hold their loads back.)
       const A K = cast<A>(xr[0]);
       A s1 = A(0), s2 = A(0);
 #pragma unroll
       for (int p = 0; p < MAXP; ++p)
         if (p < packs) {
           const int lim = L.len - L.at(p);  // elements of this pack inside the segment
+          if (lim >= V) {  // a whole pack: no per-element test
 #pragma unroll
-          for (int e = 0; e < V; ++e) {
-            const A d = (lim >= V || e < lim) ? cast<A>(r[p].v[e]) - K : A(0);  // slots past the end: 0
-            s1 += d;
-            s2 += d * d;
+            for (int e = 0; e < V; ++e) {
+              const A d = cast<A>(r[p].v[e]) - K;
+              s1 += d;
+              s2 += d * d;
+            }
+          } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+              const A d = e < lim ? cast<A>(r[p].v[e]) - K : A(0);  // slots past the end: 0
+              s1 += d;
+              s2 += d * d;
+            }
           }
         }
       row_reduce2<A>(s1, s2, G, mask, scratch);
@@ -139,11 +163,12 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
       if (p < packs) {
         const P wp = column_pack<T>(wb, p, L, 1.f), bp = column_pack<T>(bb, p, L, 0.f);
         P o;
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
+        auto out = [&](int e) -> A {
           const A xh = (cast<A>(r[p].v[e]) - mean) * rstd;
-          o.v[e] = cast<T>(MODE == LAYER ? xh * cast<A>(wp.v[e]) + cast<A>(bp.v[e]) : xh * cast<A>(wp.v[e]));
-        }
+          return MODE == LAYER ? xh * cast<A>(wp.v[e]) + cast<A>(bp.v[e]) : xh * cast<A>(wp.v[e]);
+        };
+#pragma unroll
+        for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
         store_pack<T>(yr, o, p, L);
       }
     }
@@ -155,14 +180,17 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
 // the normalised input is recomputed as xhat = (y - b) / w (rms: y / w), rstd saved (w has no zero).
 //   g = dy * w,  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))   (rms: no mean(g) term)
 //   dweight = sum over rows of dy * xhat,  dbias = sum over rows of dy   (as per-block partial rows)
-// Launch: like norm_fwd with blocks of <= NormBwdThreads (512; 256 float64), two resident per SM, and
+// Launch: like norm_fwd with blocks of <= NormBwdThreads, and
 // a persistent grid (grid / parts row groups, each block writes partial row rg = b / parts, columns of
 // its segment). Each thread keeps its columns' dweight / dbias sums in registers over the rows its
 // group visits; a block of one group (G = block) writes them straight out, a block of several groups
-// (G <= 32) sums them in group order through dynamic shared memory of blockDim.x * NormBwdPacks * V
-// accumulators. dw_part / db_part may be null (not wanted).
-template <typename T, int MODE, int FROM_OUTPUT>
-__global__ void __launch_bounds__(NormBwdThreads<T>::value, 2) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
+// (G <= 32) sums them in group order through dynamic shared memory of blockDim.x * PACKS * V
+// accumulators. dw_part / db_part may be null (not wanted). STAGE (aligned rows of one group per block):
+// the next row's src and dy are copied (cp.async) into dynamic shared memory of 2 * packs * blockDim.x
+// 16-byte slots while this row is processed, as softmax_bwd (a 1024-thread block, alone on its SM,
+// otherwise waits for each row's loads after the previous row's exchange and stores).
+template <typename T, int MODE, int FROM_OUTPUT, bool STAGE, int PACKS>
+__global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlocks<T, PACKS>::value) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                   const T* __restrict__ w, const T* __restrict__ b,
                                                   const typename AccOf<T>::type* __restrict__ mean_in,
                                                   const typename AccOf<T>::type* __restrict__ rstd_in,
@@ -174,10 +202,10 @@ __global__ void __launch_bounds__(NormBwdThreads<T>::value, 2) norm_bwd(const T*
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
-  constexpr int MAXP = NormBwdPacks<T>::value;
+  constexpr int MAXP = PACKS;
   constexpr int K = MAXP * V;  // accumulator slots per thread: slot p * V + e
   __shared__ A scratch[64];
-  extern __shared__ unsigned char dyn_smem[];
+  extern __shared__ int4 dyn_smem[];
   const int gpb = blockDim.x / G, gi = threadIdx.x / G;
   const int part = blockIdx.x % parts;
   const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
@@ -192,12 +220,20 @@ __global__ void __launch_bounds__(NormBwdThreads<T>::value, 2) norm_bwd(const T*
 #pragma unroll
   for (int k = 0; k < (MODE == LAYER ? K : 1); ++k) ab[k] = A(0);
 
-  const long long stride = nrg * gpb;
-  for (long long row = rg * gpb + gi; row < rows; row += stride) {
+  // 32 bits (plan() caps grid * gpb at 2^30): a 64-bit product kept across the loop spilled
+  const int stride = (int)nrg * gpb;
+  P* const sa = reinterpret_cast<P*>(dyn_smem);
+  P* const sb = sa + packs * blockDim.x;
+  long long row = rg * gpb + gi;
+  if (STAGE && row < rows) {
+    stage_packs<T, MAXP>(sa, src + row * n + begin, L);
+    stage_packs<T, MAXP>(sb, dy + row * n + begin, L);
+    cp_async_commit();
+  }
+  for (; row < rows; row += stride) {
     const long long off = row * n + begin;
-    P rx[MAXP], rd[MAXP];
-    load_packs<T, MAXP>(rx, src + off, L, 0.f);
-    load_packs<T, MAXP>(rd, dy + off, L, 0.f);  // zero dy past the end: no contribution anywhere
+    P rx[MAXP], rd[MAXP];  // zero dy past the end: no contribution anywhere
+    load_row_pair<STAGE, T, MAXP>(rx, rd, sa, sb, src, dy, off, (long long)stride * n, row + stride < rows, L);
     const A rstd = rstd_in[row];
     const A mean = MODE == LAYER && !FROM_OUTPUT ? mean_in[row] : A(0);
     // xhat and g of one element (the same arithmetic in both passes).
@@ -241,14 +277,22 @@ __global__ void __launch_bounds__(NormBwdThreads<T>::value, 2) norm_bwd(const T*
       if (p < packs) {
         const P wp = column_pack<T, true>(wb, p, L, 1.f), bp = column_pack<T, true>(bb, p, L, 0.f);
         P o;
+        constexpr int S = sizeof(T) == 2 ? 2 : 1;  // elements converted together (store2)
 #pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const A wv = cast<A>(wp.v[e]), d = cast<A>(rd[p].v[e]);
-          const A xh = xhat_of(cast<A>(rx[p].v[e]), wv, cast<A>(bp.v[e]));
-          const A g = d * wv;
-          o.v[e] = cast<T>(rstd * (MODE == LAYER ? g - c1 - xh * c2 : g - xh * c2));
-          aw[p * V + e] += d * xh;
-          if (MODE == LAYER) ab[(p * V + e) % (MODE == LAYER ? K : 1)] += d;
+        for (int e0 = 0; e0 < V; e0 += S) {
+          A pair[2];
+#pragma unroll
+          for (int h = 0; h < S; ++h) {
+            const int e = e0 + h;
+            const A wv = cast<A>(wp.v[e]), d = cast<A>(rd[p].v[e]);
+            const A xh = xhat_of(cast<A>(rx[p].v[e]), wv, cast<A>(bp.v[e]));
+            const A g = d * wv;
+            pair[h] = rstd * (MODE == LAYER ? g - c1 - xh * c2 : g - xh * c2);
+            aw[p * V + e] += d * xh;
+            if (MODE == LAYER) ab[(p * V + e) % (MODE == LAYER ? K : 1)] += d;
+          }
+          if (S == 2) store2(&o.v[e0], pair[0], pair[1]);
+          else o.v[e0] = cast<T>(pair[0]);
         }
         store_pack<T>(dx + off, o, p, L);
       }

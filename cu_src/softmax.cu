@@ -32,8 +32,10 @@ __device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& 
 // G > 32). Block b takes
 // segment b % parts of rows (b / parts) * groups + group + k * (grid / parts) * groups. Any row count
 // (64-bit), n <= parts * packs * G * V. With parts > 1: phase 0 needs the grid co-resident, phases 1
-// then 2 are two launches of any grid (see row_parts).
-template <typename T, int MODE>
+// then 2 are two launches of any grid (see row_parts). STAGE (aligned rows, a grid of resident blocks
+// looping over rows): dynamic shared memory of packs * blockDim.x 16-byte slots holds the next row,
+// copied (cp.async) while this one is reduced and written (a block per SM then still overlaps them).
+template <typename T, int MODE, bool STAGE>
 __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* x, T* y, long long rows, long long n, long long chunk,
                                                      int G, int packs, int parts, int aligned, int phase,
                                                      int* sync, typename AccOf<T>::type* slots) {
@@ -48,10 +50,18 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
   const unsigned mask = group_mask(G);
-  for (long long row = rg * gpb + gi; row < rows; row += nrg * gpb) {
-    const T* xr = x + row * n + begin;
+  extern __shared__ int4 staged[];
+  P* const sx = reinterpret_cast<P*>(staged);
+  const long long step = nrg * gpb;
+  long long row = rg * gpb + gi;
+  if (STAGE && row < rows) {
+    stage_packs<T, MAXP>(sx, x + row * n + begin, L);
+    cp_async_commit();
+  }
+  for (; row < rows; row += step) {
     P r[MAXP];
-    load_packs<T, MAXP>(r, xr, L, -__int_as_float(0x7f800000));  // -inf: neutral for max and exp-sum
+    // -inf: neutral for max and exp-sum
+    load_row<STAGE, T, MAXP>(r, sx, x, row * n + begin, step * n, row + step < rows, L, -__int_as_float(0x7f800000));
     A m = lowest<A>();
 #pragma unroll
     for (int p = 0; p < MAXP; ++p)
@@ -80,11 +90,12 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
         P o;
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
+        auto out = [&](int e) -> A {
           const A d = cast<A>(r[p].v[e]) - m;
-          o.v[e] = cast<T>(MODE == SOFTMAX ? fast_exp<A>(d) * inv : d - ls);
-        }
+          return MODE == SOFTMAX ? fast_exp<A>(d) * inv : d - ls;
+        };
+#pragma unroll
+        for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
         store_pack<T>(yr, o, p, L);
       }
     }
@@ -110,14 +121,14 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const
   __shared__ A scratch[32];
   const int gpb = blockDim.x / G, gi = threadIdx.x / G;
   const int part = blockIdx.x % parts;
-  const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
+  const int nrg = gridDim.x / parts, rg = blockIdx.x / parts;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
   const unsigned mask = group_mask(G);
   extern __shared__ int4 staged[];
   P* const sy = reinterpret_cast<P*>(staged);
   P* const sd = sy + packs * blockDim.x;
-  const long long step = nrg * gpb;
+  const int step = nrg * gpb;  // 32 bits (plan() caps grid * gpb at 2^30): the 64-bit product spilled
   long long row = rg * gpb + gi;
   if (STAGE && row < rows) {
     stage_packs<T, MAXP>(sy, y + row * n + begin, L);
@@ -149,11 +160,12 @@ __global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
         P o;
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
+        auto out = [&](int e) -> A {
           const A yv = cast<A>(ry[p].v[e]), g = cast<A>(rd[p].v[e]);
-          o.v[e] = cast<T>(MODE == SOFTMAX ? yv * (g - c) : g - fast_exp<A>(yv) * c);
-        }
+          return MODE == SOFTMAX ? yv * (g - c) : g - fast_exp<A>(yv) * c;
+        };
+#pragma unroll
+        for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
         store_pack<T>(dx + off, o, p, L);
       }
     }

@@ -148,6 +148,68 @@ def test_forward_every_path(mode, dtype):
 
 
 @gpu
+@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
+def test_forward_staged_rows(mode):
+    """The staged forward (next row in shared memory; rows filling >= 512-thread blocks): resident grids
+    looping over several rows per block, one-block (64 KB staged) and multi-block paths and their edges,
+    staged and not, in place (the next row is staged before this one is written), and the statistics."""
+    from cupy_kernels.ops import norm as N
+
+    for dtype, n, rows in (("bfloat16", 32768, 300), ("float16", 20000, 301), ("float32", 16384, 290),
+                           ("float32", 70004, 140), ("bfloat16", 32760, 133), ("float32", 8192, 700)):
+        x, xv = make((rows, n), dtype, 2.0, 0.5)
+        w, b, wv, bv = affine(n, dtype, mode)
+        want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
+        for on in (True, False):
+            N.STAGE_FWD["on"] = on
+            try:
+                y, _, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
+                assert rel_err(y, want) <= TOL[dtype] and rel_err(rstd, want_rstd[:, 0]) <= 1e-5, (dtype, n, on)
+                if on:
+                    x2 = x.copy()
+                    norm_forward_impl(x2, w, b, 1e-5, mode, inplace=True)
+                    assert rel_err(x2, want) <= TOL[dtype], (dtype, n, "in place")
+            finally:
+                N.STAGE_FWD["on"] = True
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
+def test_backward_staged_rows(mode):
+    """The half-type backward forms: one pack per thread (1024-thread blocks), staged (next row's x or y
+    and dy in shared memory) and not, and two packs per thread (512-thread blocks), each on every length:
+    resident grids looping over several rows per block, one-block and multi-block rows and their edges,
+    from x and from the output; dx, dweight, dbias against the reference."""
+    from cupy_kernels.ops import norm as N
+
+    for dtype, n, rows in (("bfloat16", 8192, 300), ("float16", 8184, 280), ("bfloat16", 32768, 140),
+                           ("float16", 20000, 150)):
+        x, xv = make((rows, n), dtype, 2.0, 0.5)
+        w, b, wv, bv = affine(n, dtype, mode)
+        dy, dyv = make((rows, n), dtype)
+        y, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
+        rdx, rdw, rdb = ref_backward(xv, wv, bv, dyv, 1e-5, mode)
+        tol = 3 * TOL[dtype]
+        saved = dict(N.TWO_PACK_FROM)
+        for on, two_pack_from in ((True, None), (False, None), (False, 0), (False, 1 << 40)):
+            N.STAGE_BWD["on"] = on
+            if two_pack_from is not None:  # either half-type form on every length
+                N.TWO_PACK_FROM.update({m: two_pack_from for m in N.TWO_PACK_FROM})
+            try:
+                for src, from_output in ((x, False), (y, True)):
+                    dx, dw, db = norm_backward_impl(dy, src, w, b, None if from_output else mean, rstd, mode,
+                                                    from_output=from_output)
+                    what = (dtype, n, on, two_pack_from, from_output)
+                    assert dx_err(dx, rdx, xv, wv, dyv, 1e-5, mode) <= 2 * tol, what  # from y: y's rounding
+                    assert rel_err(dw, rdw) <= 2 * tol, what
+                    if mode == "layer_norm":
+                        assert rel_err(db, rdb) <= tol, what
+            finally:
+                N.STAGE_BWD["on"] = True
+                N.TWO_PACK_FROM.update(saved)
+
+
+@gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_large_mean_is_stable(dtype):
     """Two-pass variance (and the Chan combination across blocks): an offset of 1e4 costs nothing."""

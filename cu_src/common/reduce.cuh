@@ -38,10 +38,25 @@ template <> __device__ __forceinline__ float MinOp::combine<float>(float a, floa
 
 // Butterfly over `width` consecutive lanes (a power of two <= 32); every lane gets the result.
 // `mask` names the lanes taking part (a sub-warp group whose partners may have left a loop).
+// Unrolled with immediate offsets (a run-time width only predicates the steps).
 template <typename Op, typename A>
 __device__ __forceinline__ A group_reduce(A v, int width, unsigned mask = 0xffffffffu) {
-  for (int offset = width / 2; offset > 0; offset /= 2) v = Op::combine(v, __shfl_xor_sync(mask, v, offset, width));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    if (offset < width) v = Op::combine(v, __shfl_xor_sync(mask, v, offset, width));
   return v;
+}
+
+// Two sums over the same lanes, their shuffles interleaved (one latency chain instead of two).
+template <typename A>
+__device__ __forceinline__ void group_reduce2(A& a, A& b, int width, unsigned mask = 0xffffffffu) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    if (offset < width) {
+      const A ta = __shfl_xor_sync(mask, a, offset, width), tb = __shfl_xor_sync(mask, b, offset, width);
+      a += ta;
+      b += tb;
+    }
 }
 
 // Whole-block reduction (blockDim.x a multiple of 32, <= 1024); every thread gets the result.

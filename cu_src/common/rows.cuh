@@ -10,7 +10,13 @@
 #include "reduce.cuh"
 
 template <typename A> __device__ __forceinline__ A fast_exp(A x);
-template <> __device__ __forceinline__ float fast_exp<float>(float x) { return __expf(x); }
+// ex2.approx.ftz: __expf without the subnormal-result fix-up (its predicated extra steps held registers
+// and made the float log_softmax backward spill); results below 2^-126 (x < -87.3) become 0.
+template <> __device__ __forceinline__ float fast_exp<float>(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
+  return r;
+}
 template <> __device__ __forceinline__ double fast_exp<double>(double x) { return exp(x); }
 template <typename A> __device__ __forceinline__ A acc_log(A x);
 template <> __device__ __forceinline__ float acc_log<float>(float x) { return logf(x); }
@@ -128,6 +134,23 @@ __device__ __forceinline__ void opaque(typename Vec16<T>::type (&r)[MAXP]) {
   }
 }
 
+// One input row at `off` into registers (past-the-end elements `fill`). STAGE: from the shared slots s
+// (filled by stage_packs for this row), and with has_next the row at off + step is copied in behind it.
+template <bool STAGE, typename T, int MAXP>
+__device__ __forceinline__ void load_row(typename Vec16<T>::type (&r)[MAXP], typename Vec16<T>::type* s, const T* a,
+                                         long long off, long long step, bool has_next, const RowLayout<T>& L,
+                                         float fill) {
+  if (STAGE) {
+    cp_async_wait<0>();
+    unstage_packs<T, MAXP>(r, s, L, fill);
+    opaque<T, MAXP>(r);  // the slots are read into registers before the next copy overwrites them
+    if (has_next) stage_packs<T, MAXP>(s, a + off + step, L);
+    cp_async_commit();
+  } else {
+    load_packs<T, MAXP>(r, a + off, L, fill);
+  }
+}
+
 // The two inputs of a backward row (x or y, and dy) at `off` into registers, past-the-end elements 0.
 // STAGE: they come from the shared slots sa / sb (filled by stage_packs for this row), and with has_next
 // the row at off + step is copied in behind them while this one is processed.
@@ -172,28 +195,46 @@ __device__ __forceinline__ void store_pack(T* dst, const typename Vec16<T>::type
 // NC loads through the read-only path (__ldg): a second pass over the same columns then issues a
 // different instruction, so the compiler reloads (a cache hit) instead of keeping the first pass's
 // values live in registers.
+// For a half type every branch yields the pack as four 32-bit words, so the branches meet in 4
+// registers (8 elements merged one by one cost a PRMT each); wider types keep separate returns (the
+// merged form made the float backward spill).
 template <typename T, bool NC = false>
 __device__ __forceinline__ typename Vec16<T>::type column_pack(const T* base, int p, const RowLayout<T>& L, float fill) {
-  typename Vec16<T>::type v;
-  if (base == nullptr) {
+  typedef typename Vec16<T>::type P;
+  const int i = L.at(p);
+  if constexpr (sizeof(T) == 2) {
+    union {
+      int4 raw;
+      P v;
+    } u;
+    if (base != nullptr && L.aligned && i < L.len) {
+      u.raw = NC ? __ldg(reinterpret_cast<const int4*>(base + i)) : *reinterpret_cast<const int4*>(base + i);
+    } else {
 #pragma unroll
-    for (int e = 0; e < L.V; ++e) v.v[e] = cast<T>(fill);
+      for (int e = 0; e < L.V; ++e) u.v.v[e] = base != nullptr && !L.aligned && i + e < L.len ? base[i + e] : cast<T>(fill);
+    }
+    return u.v;
+  } else {
+    P v;
+    if (base == nullptr) {
+#pragma unroll
+      for (int e = 0; e < L.V; ++e) v.v[e] = cast<T>(fill);
+      return v;
+    }
+    if (L.aligned) {
+      if (i < L.len) {
+        if (!NC) return *reinterpret_cast<const P*>(base + i);
+        const int4 raw = __ldg(reinterpret_cast<const int4*>(base + i));
+        return *reinterpret_cast<const P*>(&raw);
+      }
+#pragma unroll
+      for (int e = 0; e < L.V; ++e) v.v[e] = cast<T>(fill);
+    } else {
+#pragma unroll
+      for (int e = 0; e < L.V; ++e) v.v[e] = i + e < L.len ? base[i + e] : cast<T>(fill);
+    }
     return v;
   }
-  const int i = L.at(p);
-  if (L.aligned) {
-    if (i < L.len) {
-      if (!NC) return *reinterpret_cast<const typename Vec16<T>::type*>(base + i);
-      const int4 raw = __ldg(reinterpret_cast<const int4*>(base + i));
-      return *reinterpret_cast<const typename Vec16<T>::type*>(&raw);
-    }
-#pragma unroll
-    for (int e = 0; e < L.V; ++e) v.v[e] = cast<T>(fill);
-  } else {
-#pragma unroll
-    for (int e = 0; e < L.V; ++e) v.v[e] = i + e < L.len ? base[i + e] : cast<T>(fill);
-  }
-  return v;
 }
 
 // The mask of the group's lanes inside the warp (for shuffles when groups of one warp may leave
@@ -215,13 +256,11 @@ __device__ __forceinline__ A row_reduce(A v, int G, unsigned mask, A* scratch /*
 template <typename A>
 __device__ __forceinline__ void row_reduce2(A& a, A& b, int G, unsigned mask, A* scratch) {
   if (G <= 32) {
-    a = group_reduce<SumOp>(a, G, mask);
-    b = group_reduce<SumOp>(b, G, mask);
+    group_reduce2<A>(a, b, G, mask);
     return;
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  a = group_reduce<SumOp>(a, 32);
-  b = group_reduce<SumOp>(b, 32);
+  group_reduce2<A>(a, b, 32);
   if (lane == 0) {
     scratch[warp] = a;
     scratch[32 + warp] = b;
@@ -229,8 +268,7 @@ __device__ __forceinline__ void row_reduce2(A& a, A& b, int G, unsigned mask, A*
   __syncthreads();
   a = lane < warps ? scratch[lane] : A(0);
   b = lane < warps ? scratch[32 + lane] : A(0);
-  a = group_reduce<SumOp>(a, 32);
-  b = group_reduce<SumOp>(b, 32);
+  group_reduce2<A>(a, b, 32);
   __syncthreads();
 }
 

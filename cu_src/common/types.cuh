@@ -22,6 +22,17 @@ template <> struct Cast<half, half> { static __device__ __forceinline__ half run
 template <> struct Cast<bfloat16, bfloat16> { static __device__ __forceinline__ bfloat16 run(bfloat16 x) { return x; } };
 template <typename To, typename From> __device__ __forceinline__ To cast(From x) { return Cast<To, From>::run(x); }
 
+// Two consecutive elements (v 4-byte aligned) from two accumulator values: one paired conversion
+// (one F2FP) for the half types instead of two conversions and a merge.
+template <typename T, typename A> __device__ __forceinline__ void store2(T* v, A a, A b) {
+  v[0] = cast<T>(a);
+  v[1] = cast<T>(b);
+}
+__device__ __forceinline__ void store2(half* v, float a, float b) { *reinterpret_cast<__half2*>(v) = __floats2half2_rn(a, b); }
+__device__ __forceinline__ void store2(bfloat16* v, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(v) = __floats2bfloat162_rn(a, b);
+}
+
 // N elements moved as one aligned access (16 bytes -> one LDG.128).
 template <typename T, int N> struct alignas(sizeof(T) * N) Pack { T v[N]; };
 template <typename T> struct Vec16 { static constexpr int N = 16 / sizeof(T); typedef Pack<T, N> type; };

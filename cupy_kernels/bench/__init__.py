@@ -27,6 +27,18 @@ class Group:
         self.ours = self.ours or next(iter(self.impls))
 
 
+def switched(flags: dict, updates: dict, fn: Callable[[], object]) -> Callable[[], object]:
+    """fn run with a module's switch dict updated (a ladder row of an otherwise automatic choice)."""
+    def run():
+        saved = dict(flags)
+        flags.update(updates)
+        try:
+            return fn()
+        finally:
+            flags.update(saved)
+    return run
+
+
 def suite(name: str):
     """Decorator registering a suite: fn(quick: bool) -> iterator of Group."""
     def deco(fn):

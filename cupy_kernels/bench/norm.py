@@ -3,7 +3,7 @@ shapes. Bytes: forward reads x and writes y once; backward reads x (or y) and dy
 (weight, bias, dweight, dbias and the row statistics are under 0.1% and not counted)."""
 from __future__ import annotations
 
-from . import Group, suite
+from . import Group, suite, switched
 from .softmax import SHAPES, tensors
 
 
@@ -14,7 +14,19 @@ def norm_suite(quick: bool):
 
     import cupy_kernels as ck
     from .._runtime import to_cupy
+    from ..ops import norm as N
     from ..ops.norm import norm_backward_impl, norm_forward_impl
+
+    def half_forms(fn):
+        """Ladder rows of the half-type backward's two forms (norm.TWO_PACK_FROM picks one by length)."""
+        if dtype not in ("float16", "bfloat16"):
+            return {}
+        one_pack = switched(N.TWO_PACK_FROM, {m: 1 << 40 for m in N.TWO_PACK_FROM}, fn)
+        return {"ladder: one pack per thread (1024-thread blocks, staged where alone on an SM)": one_pack,
+                "ladder: two packs per thread (512-thread blocks, spills accumulators)":
+                    switched(N.TWO_PACK_FROM, {m: 0 for m in N.TWO_PACK_FROM}, fn),
+                **({"ladder: one pack per thread, unstaged": switched(N.STAGE_BWD, {"on": False}, one_pack)}
+                   if n >= 8192 else {})}
 
     for shape, dtype in SHAPES[:3] if quick else SHAPES:
         (x, xc), (s, sc), (dy, dyc) = tensors(shape, dtype, 3)
@@ -38,10 +50,16 @@ def norm_suite(quick: bool):
                          "ladder: long rows, one launch, counter exchange":
                          lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm", variant="counter")}
                         if n >= 32768 else {}),
+                     **({"ladder: unstaged (no next row in shared memory)": switched(
+                         N.STAGE_FWD, {"on": False}, lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm"))}
+                        if n >= 32768 else {}),
                      "torch F.layer_norm": lambda: F.layer_norm(x, (n,), w, b, 1e-5)}, bytes=2 * nbytes)
         yield Group("rms_norm", label, dtype,
                     {"cupy_kernels": lambda: norm_forward_impl(xc, wc, None, 1e-6, "rms_norm"),
                      "cupy_kernels rms_norm_ (in place)": lambda: ck.rms_norm_(sc, wc),
+                     **({"ladder: unstaged (no next row in shared memory)": switched(
+                         N.STAGE_FWD, {"on": False}, lambda: norm_forward_impl(xc, wc, None, 1e-6, "rms_norm"))}
+                        if n >= 32768 else {}),
                      "torch F.rms_norm": lambda: F.rms_norm(x, (n,), w, 1e-6),
                      "torch formulation x * rsqrt(mean(x^2) + eps) * w":
                          lambda: x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w},
@@ -61,6 +79,7 @@ def norm_suite(quick: bool):
                          "ladder: long rows, one launch, counter exchange":
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="counter")}
                         if n >= 8192 else {}),
+                     **half_forms(lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm")),
                      "ladder: dx only (no dweight / dbias partial rows, no column_sum)":
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", need_dw=False,
                                                     need_db=False),
@@ -72,6 +91,7 @@ def norm_suite(quick: bool):
         rms_out = F.rms_norm(xr, (n,), wr, 1e-6)
         yield Group("rms_norm backward", label, dtype,
                     {"cupy_kernels": lambda: norm_backward_impl(dyc, xc, wc, None, None, rstd_rms, "rms_norm"),
+                     **half_forms(lambda: norm_backward_impl(dyc, xc, wc, None, None, rstd_rms, "rms_norm")),
                      "torch F.rms_norm autograd": lambda: torch.autograd.grad(rms_out, (xr, wr), dy,
                                                                               retain_graph=True)},
                     bytes=3 * nbytes)

@@ -2,7 +2,7 @@
 Bytes: forward reads x and writes y once; backward reads y and dy and writes dx once."""
 from __future__ import annotations
 
-from . import Group, suite
+from . import Group, suite, switched
 
 SHAPES = [((65536, 128), "float32"), ((32768, 1024), "float16"), ((4096, 4096), "float32"),
           ((8192, 8192), "bfloat16"), ((1024, 32768), "bfloat16"), ((256, 262144), "float32")]
@@ -26,6 +26,7 @@ def softmax_suite(quick: bool):
     import torch
 
     import cupy_kernels as ck
+    from ..ops import softmax as S
     from ..ops.softmax import softmax_backward_impl, softmax_impl
 
     for shape, dtype in SHAPES[:3] if quick else SHAPES:
@@ -37,6 +38,9 @@ def softmax_suite(quick: bool):
                  "ladder: one block per row": lambda: softmax_impl(xc, -1, "softmax", "block"),
                  "ladder: scalar loads": lambda: softmax_impl(xc, -1, "softmax", "scalar"),
                  "torch.softmax": lambda: torch.softmax(x, -1)}
+        if shape[-1] >= 32768:  # rows of >= 512-thread blocks: the next row staged in shared memory by default
+            impls["ladder: unstaged (no next row in shared memory)"] = switched(
+                S.STAGE_FWD, {"on": False}, lambda: softmax_impl(xc, -1, "softmax"))
         if shape[-1] >= 32768:  # rows split over blocks: both ways
             impls["ladder: long rows, one launch (exchange)"] = lambda: softmax_impl(xc, -1, "softmax", "exchange")
             impls["ladder: long rows, two launches (split)"] = lambda: softmax_impl(xc, -1, "softmax", "split")

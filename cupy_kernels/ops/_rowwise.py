@@ -127,8 +127,34 @@ def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: i
     elif persistent:
         grid = min(groups, resident)  # one wave, all resident
     else:
-        grid = min(groups, 1 << 30)
+        grid = min(groups, (1 << 30) // gpb)  # the kernels step rows by grid * gpb / parts in 32 bits
     return Plan(rows, n, group, threads, packs, parts, chunk, max(grid, parts), split)
+
+
+# Forward rows staged in shared memory (the STAGE instances of softmax_fwd / norm_fwd): the next row is
+# copied in (cp.async) while this one is reduced and written, for rows that fill blocks of >= 512 threads
+# (one or two resident per SM, which alone cannot overlap a row's loads with the previous row's stores).
+STAGE_FWD_DTYPES = ("float16", "bfloat16", "float32")
+STAGE_FWD_MIN_THREADS = 512
+
+
+def stage_fwd(p: Plan, dtype: str, al: int) -> bool:
+    """Whether a forward launch planned as `p` takes the staged kernel."""
+    return bool(al) and dtype in STAGE_FWD_DTYPES and p.path != "subwarp" and p.threads >= STAGE_FWD_MIN_THREADS
+
+
+def staged_plan(kernel, name: str, rows: int, n: int, dtype: str, maxp: int, max_threads: int, **args):
+    """(plan, dynamic shared bytes) of a staged forward: a resident grid looping over rows, one 16-byte
+    slot per pack per thread (64 KB at 1024 threads: above the default 48 KB window, so raised)."""
+    from .._runtime import current
+
+    smem = lambda t: maxp * t * 16  # noqa: E731
+    biggest = smem(max_threads)
+    if biggest > 48 * 1024 and getattr(kernel, "max_dynamic_shared_size_bytes", 0) < biggest:
+        kernel.max_dynamic_shared_size_bytes = biggest
+    p = plan(rows, n, dtype, maxp, max_threads, current().sm_count, persistent=True,
+             occupancy=occupancy(kernel, name, smem), **args)
+    return p, smem(p.threads)
 
 
 def occupancy(kernel, name: str, smem: int = 0):

@@ -17,43 +17,65 @@ def fwd_threads(dtype: str, n: int | None = None) -> int:
     return rw.fwd_threads(dtype, n)
 
 
-def bwd_threads(dtype: str) -> int:
-    """NormBwdThreads in norm.cu: 512 (two resident per SM at 64 registers), 256 for float64."""
-    return 256 if dtype == "float64" else 512
+# Half-type backward rows from these lengths take the two-pack form of norm_bwd (512-thread blocks, two
+# per SM; it spills accumulators), shorter ones the spill-free one-pack form (1024-thread blocks). Measured
+# (H200, us, one-pack staged vs two-pack): layer 8192² bf16 191 vs 215, 1024x32768 bf16 170 vs 156; rms
+# 8192² 161 vs 139, 1024x32768 145 vs 114; 32768x1024 fp16 layer 79 vs 118, rms 69 vs 69.
+TWO_PACK_FROM = {"layer_norm": 8193, "rms_norm": 8192}
 
 
-def bwd_maxp(dtype: str) -> int:
-    """Packs of each of x and dy per thread in norm_bwd (NormBwdPacks in norm.cu): 2 (16 elements of a
-    half type, 8 of float32, 4 of float64), so that the rows and the dweight / dbias column
-    accumulators fit 64 registers."""
-    return 2
+def bwd_packs(dtype: str, mode: str, n: int) -> int:
+    """Packs of each of x and dy per thread in norm_bwd (its PACKS): 2 for float32 / float64 (8 / 4
+    elements), for a half type 1 (8 elements) or, on rows of TWO_PACK_FROM[mode] or more, 2."""
+    if rw.ITEMSIZE[dtype] != 2:
+        return 2
+    return 2 if n >= TWO_PACK_FROM[mode] else 1
 
 
-def bwd_smem(dtype: str, threads: int, group: int | None = None) -> int:
+def bwd_threads(dtype: str, packs: int = 1) -> int:
+    """NormBwdThreads in norm.cu: 1024 for a half type's one-pack form (an 8192-element row in one block),
+    512 for its two-pack form and float32 (two resident per SM at 64 registers), 256 for float64."""
+    if dtype == "float64":
+        return 256
+    return 1024 if rw.ITEMSIZE[dtype] == 2 and packs == 1 else 512
+
+
+def bwd_maxp(dtype: str, packs: int = 1) -> int:
+    """The packs a launch of that form plans with: `packs` for a half type, 2 otherwise."""
+    return packs if rw.ITEMSIZE[dtype] == 2 else 2
+
+
+def bwd_smem(dtype: str, threads: int, group: int | None = None, packs: int = 1) -> int:
     """Dynamic shared memory of norm_bwd: where a block holds several groups (group < threads), one
     accumulator slot per thread per column element, to sum the groups' dweight / dbias partials in
     order; none for a block of one group."""
     if group is not None and group >= threads:
         return 0
-    return threads * bwd_maxp(dtype) * rw.vec(dtype) * rw.ITEMSIZE[rw.ACC[dtype]]
+    return threads * bwd_maxp(dtype, packs) * rw.vec(dtype) * rw.ITEMSIZE[rw.ACC[dtype]]
 
 
 def fwd_maxp(dtype: str) -> int:
     return rw.fwd_maxp(dtype)
 
 
-def bwd_min_blocks(dtype: str, from_output: bool) -> int:
-    """Resident norm_bwd blocks per SM guaranteed at its largest block (__launch_bounds__(.., 2)); the
-    persistent grid uses the occupancy calculator's figure, this only when that cannot be asked."""
-    return 2
+def bwd_min_blocks(dtype: str, packs: int = 1) -> int:
+    """Resident norm_bwd blocks per SM guaranteed at its largest block (NormBwdMinBlocks: 1 for a half
+    type's 1024-thread one-pack form, else 2); the persistent grid uses the occupancy calculator's
+    figure, this only when that cannot be asked."""
+    return 1 if bwd_threads(dtype, packs) == 1024 else 2
 
 
-def _fwd(dtype, mode):
-    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}>"
+STAGE_FWD = {"on": True}  # rows of >= 512-thread blocks staged in shared memory (rw.stage_fwd); a probe switch
+STAGE_BWD = {"on": True}  # half-type rows of 1024-thread backward blocks staged likewise; a probe switch
 
 
-def _bwd(dtype, mode, from_output):
-    return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}>"
+def _fwd(dtype, mode, stage=False):
+    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {'true' if stage else 'false'}>"
+
+
+def _bwd(dtype, mode, from_output, stage=False, packs=2):
+    st = "true" if stage else "false"
+    return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {st}, {packs}>"
 
 
 def _colsum(dtype):
@@ -61,7 +83,10 @@ def _colsum(dtype):
 
 
 SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
+               + [_fwd(t, m, True) for t in rw.STAGE_FWD_DTYPES for m in MODES]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
+               + [_bwd(t, m, f, st, 1) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
+                  for st in (False, True)]
                + [_colsum(t) for t in FLOAT_DTYPES])
 
 
@@ -130,18 +155,25 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
         if rows and n:
             name = _fwd(dtype, mode)
             kernel = SOURCE.kernel(name)
-            p = rw.plan(rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), current().sm_count,
-                        force=variant if variant == "block" else None, occupancy=rw.occupancy(kernel, name),
+            args = dict(force=variant if variant == "block" else None,
                         long_rows="exchange" if variant == "counter" else
                         variant if variant in ("split", "exchange") else None)
+            p = rw.plan(rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), current().sm_count,
+                        occupancy=rw.occupancy(kernel, name), **args)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
+            smem = 0
+            # layer_norm over several blocks per row measured 2% slower staged (256x262144 float32)
+            if STAGE_FWD["on"] and rw.stage_fwd(p, dtype, al) and (mode == "rms_norm" or p.parts == 1):
+                name = _fwd(dtype, mode, stage=True)
+                kernel = SOURCE.kernel(name)
+                p, smem = rw.staged_plan(kernel, name, rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), **args)
             counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["fwd"])
             sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
             for phase in rw.phases(p, counter):
                 kernel((p.grid,), (p.threads,),
                        (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
                         np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
-                        rw.ACC_SCALAR[acc](eps), np.int32(phase), sync, slots))
+                        rw.ACC_SCALAR[acc](eps), np.int32(phase), sync, slots), shared_mem=smem)
         elif rows and rstd is not None:  # n == 0: mean of nothing, like torch
             rstd.fill(np.nan)
             if mean is not None:
@@ -192,18 +224,25 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
         dw = call.empty((n,), dtype) if want_w else None
         db = call.empty((n,), dtype) if want_b else None
         if rows and n:
-            name = _bwd(dtype, mode, from_output)
-            kernel = SOURCE.kernel(name)
-
-            max_threads = bwd_threads(dtype)
-            # At most 16 KB of dynamic shared memory (bwd_smem): no attribute to raise.
-            p = rw.plan(rows, n, dtype, bwd_maxp(dtype), max_threads, current().sm_count, persistent=True,
-                        force=variant if variant == "block" else None,
-                        min_blocks=bwd_min_blocks(dtype, from_output),
-                        occupancy=rw.occupancy(kernel, name, lambda t: bwd_smem(dtype, t)),
+            packs = bwd_packs(dtype, mode, n)
+            al = 0 if variant == "scalar" else rw.aligned(n, dtype, s2, d2, dx2, w, b)
+            args = dict(force=variant if variant == "block" else None, min_blocks=bwd_min_blocks(dtype, packs),
                         long_rows="exchange" if variant == "counter" else
                         variant if variant in ("split", "exchange") else None)
-            al = 0 if variant == "scalar" else rw.aligned(n, dtype, s2, d2, dx2, w, b)
+
+            def planned(stage):
+                """(kernel, plan, dynamic shared bytes): at most 32 KB, no attribute to raise."""
+                name = _bwd(dtype, mode, from_output, stage, packs)
+                kernel = SOURCE.kernel(name)
+                smem = ((lambda t: 2 * packs * t * 16) if stage  # the next row's two inputs
+                        else (lambda t: bwd_smem(dtype, t, packs=packs)))
+                p = rw.plan(rows, n, dtype, bwd_maxp(dtype, packs), bwd_threads(dtype, packs),
+                            current().sm_count, persistent=True, occupancy=rw.occupancy(kernel, name, smem), **args)
+                return kernel, p, smem(p.threads) if stage else bwd_smem(dtype, p.threads, p.group, packs)
+
+            kernel, p, smem = planned(False)
+            if STAGE_BWD["on"] and al and p.path != "subwarp" and p.threads == 1024:
+                kernel, p, smem = planned(True)  # a block alone on its SM: the next row staged
             counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["bwd"])
             sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
             nrg = p.grid // p.parts
@@ -216,7 +255,7 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                         rw.ptr(dw_part if last else None), rw.ptr(db_part if last else None), np.int64(rows),
                         np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts),
                         np.int32(al), np.int32(phase), sync, slots),
-                       shared_mem=bwd_smem(dtype, p.threads, p.group))
+                       shared_mem=smem)
             if want_w or want_b:
                 SOURCE.kernel(_colsum(dtype))(
                     (ceil_div(n, 32), 2), (32, 32),

@@ -19,16 +19,17 @@ COUNTER_EXCHANGE = {"fwd": False, "bwd": False}  # one-launch long rows: tagged 
 # slower staged (4096² f32 -5%, 32768x1024 f16 -3.5%): benchmarks/notes.md.
 STAGE_BWD = ("block", "multiblock")
 STAGE_MAX_BYTES = 40 * 1024  # the default 48 KB dynamic window, less the static scratch and exchange copy
+STAGE_FWD = {"on": True}  # forward rows of >= 512-thread blocks staged too (rw.stage_fwd); a probe switch
 
 
 def _name(kind: str, dtype: str, mode: str, stage: bool = False) -> str:
-    if kind == "fwd":
-        return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}>"
-    return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}, {'true' if stage else 'false'}>"
+    st = "true" if stage else "false"
+    return f"softmax_{kind}<{CTYPES[dtype]}, {MODES[mode]}, {st}>"
 
 
 SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
-               + [_name("bwd", t, m, True) for t in ("float16", "bfloat16") for m in MODES])
+               + [_name("bwd", t, m, True) for t in ("float16", "bfloat16") for m in MODES]
+               + [_name("fwd", t, m, True) for t in rw.STAGE_FWD_DTYPES for m in MODES])
 
 
 def _detach(x):
@@ -69,6 +70,10 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
         p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count, persistent=True,
                     occupancy=rw.occupancy(kernel, name, lambda t: stage_bytes(dtype, t)), **args)
         smem = stage_bytes(dtype, p.threads)
+    elif kind == "fwd" and STAGE_FWD["on"] and rw.stage_fwd(p, dtype, al):
+        name = _name(kind, dtype, mode, stage=True)
+        kernel = SOURCE.kernel(name)
+        p, smem = rw.staged_plan(kernel, name, rows, n, dtype, maxp, threads_of(kind, dtype, n), **args)
     counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE[kind])
     sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
     for phase in rw.phases(p, counter):

@@ -1,0 +1,89 @@
+"""Device probe (issue 4): layer_norm / rms_norm forward and backward on the issue's shapes, ours vs
+torch, in % of the copy bandwidth measured in the same process. With --base DIR (a cu_src tree, e.g.
+an older commit's, exported with `git archive`), each of our rows is timed alternately with the kernels
+built from DIR and from the working tree (A/B in one process: same clocks, same allocations)."""
+import argparse
+from pathlib import Path
+
+import torch
+
+from cupy_kernels._runtime import sources, to_cupy
+from cupy_kernels.bench.softmax import SHAPES, tensors
+from cupy_kernels.bench.timing import Timer, copy_bandwidth
+from cupy_kernels.ops import norm as N
+from cupy_kernels.ops import softmax as S
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--base", help="cu_src directory of the baseline kernels")
+ap.add_argument("--shapes", default="all", help="comma-separated indices into SHAPES")
+ap.add_argument("--stage-ab", action="store_true", help="A/B the staged forward (on: new, off: unstaged)")
+ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
+args = ap.parse_args()
+
+timer = Timer()
+copy = copy_bandwidth(timer)
+print(f"copy {copy / 1e12:.2f} TB/s", flush=True)
+tree = sources.cu_src_dir()
+
+
+def use(cu_dir):
+    """Point the norm kernels at the sources in cu_dir (compiled on first use); "unstaged": the working
+    tree with the staged forward switched off."""
+    N.STAGE_FWD["on"] = S.STAGE_FWD["on"] = N.STAGE_BWD["on"] = cu_dir != "unstaged"
+    if cu_dir == "unstaged":
+        cu_dir = tree
+    sources.cu_src_dir = lambda: Path(cu_dir)
+    sources.read_source.cache_clear()
+    for src in (N.SOURCE, S.SOURCE):
+        src._modules.clear()
+        src._kernels.clear()
+
+
+variants = [("new", tree)] + ([("base", args.base)] if args.base else []) + ([("unstaged", "unstaged")] if args.stage_ab else [])
+shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
+for shape, dtype in shapes:
+    (x, xc), (dy, dyc) = tensors(shape, dtype, 2)
+    n = shape[-1]
+    nbytes = x.numel() * x.element_size()
+    w = (torch.rand(n, device="cuda") + 0.5).to(x.dtype)
+    b = torch.randn(n, device="cuda").to(x.dtype)
+    wc, bc = to_cupy(w), to_cupy(b)
+    _, mean, rstd = N.norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm")
+    _, _, rstd_r = N.norm_forward_impl(xc, wc, None, 1e-6, "rms_norm")
+    _, mean_t, rstd_t = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+    xr, wr = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+    rms_out = torch.nn.functional.rms_norm(xr, (n,), wr, 1e-6)
+    y, ly = torch.softmax(x, -1), torch.log_softmax(x, -1)
+    yc, lyc = to_cupy(y), to_cupy(ly)
+    ours = {"layer fwd": (lambda: N.norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm"), 2),
+            "rms fwd": (lambda: N.norm_forward_impl(xc, wc, None, 1e-6, "rms_norm"), 2),
+            "layer bwd": (lambda: N.norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm"), 3),
+            "rms bwd": (lambda: N.norm_backward_impl(dyc, xc, wc, None, None, rstd_r, "rms_norm"), 3),
+            "softmax fwd": (lambda: S.softmax_impl(xc, -1, "softmax"), 2),
+            "log_softmax fwd": (lambda: S.softmax_impl(xc, -1, "log_softmax"), 2),
+            "softmax bwd": (lambda: S.softmax_backward_impl(yc, dyc, -1, "softmax"), 3),
+            "log_softmax bwd": (lambda: S.softmax_backward_impl(lyc, dyc, -1, "log_softmax"), 3)}
+    theirs = {"layer fwd": lambda: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5),
+              "rms fwd": lambda: torch.nn.functional.rms_norm(x, (n,), w, 1e-6),
+              "layer bwd": lambda: torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean_t, rstd_t, w, b,
+                                                                              [True, True, True]),
+              "rms bwd": lambda: torch.autograd.grad(rms_out, (xr, wr), dy, retain_graph=True),
+              "softmax fwd": lambda: torch.softmax(x, -1),
+              "log_softmax fwd": lambda: torch.log_softmax(x, -1),
+              "softmax bwd": lambda: torch._softmax_backward_data(dy, y, -1, y.dtype),
+              "log_softmax bwd": lambda: torch._log_softmax_backward_data(dy, ly, -1, ly.dtype)}
+    label = f"{'x'.join(map(str, shape))} {dtype}"
+    for op in args.ops.split(","):
+        fn, k = ours[op]
+        res = {}
+        for rep in range(2):
+            for name, d in variants if rep == 0 else variants[::-1]:
+                use(d)
+                res.setdefault(name, []).append(timer(fn))
+        use(tree)
+        t_torch = timer(theirs[op])
+        pct = lambda ms: 100 * k * nbytes / (ms * 1e-3) / copy
+        line = "  ".join(f"{name} {min(v) * 1e3:7.1f} us {pct(min(v)):5.1f}%" for name, v in res.items())
+        print(f"{label:22s} {op:9s} {line}  torch {t_torch * 1e3:7.1f} us {pct(t_torch):5.1f}%  "
+              f"x torch {t_torch / min(res['new']):.2f}", flush=True)
+    del x, xc, dy, dyc, xr, wr, rms_out, y, ly, yc, lyc
