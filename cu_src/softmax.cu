@@ -109,15 +109,22 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
 // of resident blocks looping over rows): dynamic shared memory of 2 * packs * blockDim.x packs holds the
 // next row's y and dy, copied (cp.async) while this row is reduced, exchanged and written. A template
 // argument, so the unstaged instance stays the code it was (a run-time flag cost 7% on 65536x128).
-template <typename T, int MODE, bool STAGE>
-__global__ void __launch_bounds__(512, RowMinBlocks<T>::value) softmax_bwd(const T* __restrict__ y, const T* dy, T* dx, long long rows,
+// PACKS: packs of each of y and dy per thread: RowPacks (512-thread blocks, two per SM), or a wide form
+// of twice that in 1024-thread blocks (one per SM) so that a 32768-element half row fits one block
+// (no exchange between blocks; staged: 128 KB of shared memory).
+template <typename T, int PACKS> struct SoftmaxBwdBounds {
+  static constexpr bool wide = PACKS > RowPacks<T>::value;
+  static constexpr int threads = wide ? 1024 : 512, min_blocks = wide ? 1 : RowMinBlocks<T>::value;
+};
+template <typename T, int MODE, bool STAGE, int PACKS>
+__global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBwdBounds<T, PACKS>::min_blocks) softmax_bwd(const T* __restrict__ y, const T* dy, T* dx, long long rows,
                                                      long long n, long long chunk, int G, int packs, int parts,
                                                      int aligned, int phase, int* sync,
                                                      typename AccOf<T>::type* slots) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
-  constexpr int MAXP = RowPacks<T>::value;
+  constexpr int MAXP = PACKS;
   __shared__ A scratch[32];
   const int gpb = blockDim.x / G, gi = threadIdx.x / G;
   const int part = blockIdx.x % parts;

@@ -29,7 +29,7 @@ tree = sources.cu_src_dir()
 def use(cu_dir):
     """Point the norm kernels at the sources in cu_dir (compiled on first use); "unstaged": the working
     tree with the staged forward switched off."""
-    N.STAGE_FWD["on"] = S.STAGE_FWD["on"] = N.STAGE_BWD["on"] = cu_dir != "unstaged"
+    N.STAGE_FWD["on"] = S.STAGE_FWD["on"] = N.STAGE_BWD["on"] = S.WIDE_BWD["on"] = cu_dir != "unstaged"
     if cu_dir == "unstaged":
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)

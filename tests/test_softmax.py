@@ -180,7 +180,8 @@ def test_backward_every_path(mode, dtype):
 @gpu
 @pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
 def test_backward_staged_rows(mode):
-    """The staged backward (next row's y, dy in shared memory; half-type rows filling a 512-thread block):
+    """The staged backward (next row's y, dy in shared memory; half-type rows filling a 512-thread block;
+    the wide form, one 1024-thread block per row up to 32768 elements, on and off):
     resident grids looping over several rows per block, block and multi-block paths and their edges
     (a partial last pack, a short last part), staged and not, and dx written over dy."""
     import cupy
@@ -197,17 +198,18 @@ def test_backward_staged_rows(mode):
         want = grad(yv, dyv)
         saved = S.STAGE_BWD
         try:
-            for paths in (("block", "multiblock"), ()):
-                S.STAGE_BWD = paths
-                assert rel_err(softmax_backward_impl(y, dy, -1, mode), want) <= 2 * TOL[dtype], (dtype, n, paths)
-            S.STAGE_BWD = ("block", "multiblock")
+            for paths, wide in ((("block", "multiblock"), True), (("block", "multiblock"), False), ((), False)):
+                S.STAGE_BWD, S.WIDE_BWD["on"] = paths, wide  # wide: one 1024-thread block per row <= 32768
+                got = softmax_backward_impl(y, dy, -1, mode)
+                assert rel_err(got, want) <= 2 * TOL[dtype], (dtype, n, paths, wide)
+            S.STAGE_BWD, S.WIDE_BWD["on"] = ("block", "multiblock"), True
             d2 = dy.copy()
             with Call("t", y, "y") as call:  # dx over dy: the next rows are staged before this row is written
                 S._launch(call, "bwd", mode, dtype, (y, d2), d2, rows, n)
             cupy.cuda.Device().synchronize()
             assert rel_err(d2, want) <= 2 * TOL[dtype], (dtype, n, "in place")
         finally:
-            S.STAGE_BWD = saved
+            S.STAGE_BWD, S.WIDE_BWD["on"] = saved, True
 
 
 @gpu

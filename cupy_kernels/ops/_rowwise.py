@@ -143,12 +143,14 @@ def stage_fwd(p: Plan, dtype: str, al: int) -> bool:
     return bool(al) and dtype in STAGE_FWD_DTYPES and p.path != "subwarp" and p.threads >= STAGE_FWD_MIN_THREADS
 
 
-def staged_plan(kernel, name: str, rows: int, n: int, dtype: str, maxp: int, max_threads: int, **args):
-    """(plan, dynamic shared bytes) of a staged forward: a resident grid looping over rows, one 16-byte
-    slot per pack per thread (64 KB at 1024 threads: above the default 48 KB window, so raised)."""
+def staged_plan(kernel, name: str, rows: int, n: int, dtype: str, maxp: int, max_threads: int, tensors: int = 1,
+                **args):
+    """(plan, dynamic shared bytes) of a staged launch: a resident grid looping over rows, one 16-byte
+    slot per pack per thread per input tensor (above the default 48 KB window the attribute is raised:
+    64 KB for a 1024-thread forward)."""
     from .._runtime import current
 
-    smem = lambda t: maxp * t * 16  # noqa: E731
+    smem = lambda t: tensors * maxp * t * 16  # noqa: E731
     biggest = smem(max_threads)
     if biggest > 48 * 1024 and getattr(kernel, "max_dynamic_shared_size_bytes", 0) < biggest:
         kernel.max_dynamic_shared_size_bytes = biggest

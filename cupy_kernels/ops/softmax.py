@@ -22,13 +22,22 @@ STAGE_MAX_BYTES = 40 * 1024  # the default 48 KB dynamic window, less the static
 STAGE_FWD = {"on": True}  # forward rows of >= 512-thread blocks staged too (rw.stage_fwd); a probe switch
 
 
-def _name(kind: str, dtype: str, mode: str, stage: bool = False) -> str:
+# Backward half rows longer than one 512-thread block holds (8192 elements) and up to 32768: the wide
+# form (4 packs of y and dy per thread, 1024-thread blocks, staged in 128 KB): one block per row, no
+# exchange between blocks. A switch for the ladder row and the tests.
+WIDE_BWD = {"on": True}
+WIDE_BWD_MAX = 32768
+
+
+def _name(kind: str, dtype: str, mode: str, stage: bool = False, wide: bool = False) -> str:
     st = "true" if stage else "false"
-    return f"softmax_{kind}<{CTYPES[dtype]}, {MODES[mode]}, {st}>"
+    if kind == "fwd":
+        return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}, {st}>"
+    return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}, {st}, {rw.maxp(dtype) * (2 if wide else 1)}>"
 
 
 SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
-               + [_name("bwd", t, m, True) for t in ("float16", "bfloat16") for m in MODES]
+               + [_name("bwd", t, m, True, w) for t in ("float16", "bfloat16") for m in MODES for w in (False, True)]
                + [_name("fwd", t, m, True) for t in rw.STAGE_FWD_DTYPES for m in MODES])
 
 
@@ -62,7 +71,12 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count,
                 occupancy=rw.occupancy(kernel, name), **args)
     smem = 0
-    if (kind == "bwd" and dtype in ("float16", "bfloat16") and al and p.path in STAGE_BWD
+    if (kind == "bwd" and dtype in ("float16", "bfloat16") and al and WIDE_BWD["on"] and variant == "auto"
+            and p.parts > 1 and n <= WIDE_BWD_MAX):
+        name = _name(kind, dtype, mode, stage=True, wide=True)
+        kernel = SOURCE.kernel(name)
+        p, smem = rw.staged_plan(kernel, name, rows, n, dtype, 2 * maxp, 1024, tensors=2, **args)
+    elif (kind == "bwd" and dtype in ("float16", "bfloat16") and al and p.path in STAGE_BWD
             and p.threads == BWD_THREADS and stage_bytes(dtype, p.threads) <= STAGE_MAX_BYTES):
         # a resident grid that loops over rows, so each block has a next row to stage
         name = _name(kind, dtype, mode, stage=True)
