@@ -65,6 +65,9 @@ def softmax_suite(quick: bool):
                          lambda: softmax_backward_impl(yc, dyc, -1, "softmax", "split"),
                          "ladder: long rows, one launch, counter exchange":
                          lambda: softmax_backward_impl(yc, dyc, -1, "softmax", "counter")} if shape[-1] >= 16384 else {}),
+                     **({"ladder: 512-thread blocks, staged (no wide form)": switched(
+                         S.WIDE_BWD, {"on": False}, lambda: softmax_backward_impl(yc, dyc, -1, "softmax"))}
+                        if shape[-1] > 8192 and dtype in ("float16", "bfloat16") else {}),
                      "torch _softmax_backward_data": lambda: torch._softmax_backward_data(dy, y, -1, y.dtype),
                      "torch formulation y * (dy - sum(dy * y))": lambda: y * (dy - (dy * y).sum(-1, keepdim=True))},
                     bytes=3 * nbytes)
