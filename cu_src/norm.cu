@@ -189,7 +189,9 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
 // the next row's src and dy are copied (cp.async) into dynamic shared memory of 2 * packs * blockDim.x
 // 16-byte slots while this row is processed, as softmax_bwd (a 1024-thread block, alone on its SM,
 // otherwise waits for each row's loads after the previous row's exchange and stores).
-template <typename T, int MODE, int FROM_OUTPUT, bool STAGE, int PACKS>
+// DB = false (layer_norm only): no dbias accumulators (the host sums dy's columns itself): 16 fewer
+// registers for the two-pack half form, whose accumulators spill.
+template <typename T, int MODE, int FROM_OUTPUT, bool STAGE, int PACKS, bool DB = true>
 __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlocks<T, PACKS>::value) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                   const T* __restrict__ w, const T* __restrict__ b,
                                                   const typename AccOf<T>::type* __restrict__ mean_in,
@@ -214,11 +216,12 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
   const unsigned mask = group_mask(G);
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;
-  A aw[K], ab[MODE == LAYER ? K : 1];
+  constexpr bool DBS = MODE == LAYER && DB;  // dbias column sums here
+  A aw[K], ab[DBS ? K : 1];
 #pragma unroll
   for (int k = 0; k < K; ++k) aw[k] = A(0);
 #pragma unroll
-  for (int k = 0; k < (MODE == LAYER ? K : 1); ++k) ab[k] = A(0);
+  for (int k = 0; k < (DBS ? K : 1); ++k) ab[k] = A(0);
 
   // 32 bits (plan() caps grid * gpb at 2^30): a 64-bit product kept across the loop spilled
   const int stride = (int)nrg * gpb;
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
             const A g = d * wv;
             pair[h] = rstd * (MODE == LAYER ? g - c1 - xh * c2 : g - xh * c2);
             aw[p * V + e] += d * xh;
-            if (MODE == LAYER) ab[(p * V + e) % (MODE == LAYER ? K : 1)] += d;
+            if (DBS) ab[(p * V + e) % (DBS ? K : 1)] += d;
           }
           if (S == 2) store2(&o.v[e0], pair[0], pair[1]);
           else o.v[e0] = cast<T>(pair[0]);
@@ -300,7 +303,7 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
   }
 
   // Column partials: partial row rg, columns [begin, begin + L.len).
-  for (int k = 0; k < (MODE == LAYER ? 2 : 1); ++k) {
+  for (int k = 0; k < (DBS ? 2 : 1); ++k) {
     A* out = k == 0 ? dw_part : db_part;
     if (out == nullptr) continue;  // uniform over the block
     A* orow = out + rg * n + begin;
@@ -311,13 +314,13 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
         if (p < packs)
 #pragma unroll
           for (int e = 0; e < V; ++e)
-            if (i + e < L.len) orow[i + e] = k == 0 ? aw[p * V + e] : ab[(p * V + e) % (MODE == LAYER ? K : 1)];
+            if (i + e < L.len) orow[i + e] = k == 0 ? aw[p * V + e] : ab[(p * V + e) % (DBS ? K : 1)];
       }
     } else {  // several groups meet in shared memory (slot s of thread t at [s * blockDim.x + t]), summed in group order
       A* buf = reinterpret_cast<A*>(dyn_smem);
       __syncthreads();  // the previous accumulator's readers are done
 #pragma unroll
-      for (int s = 0; s < K; ++s) buf[s * blockDim.x + threadIdx.x] = k == 0 ? aw[s] : ab[s % (MODE == LAYER ? K : 1)];
+      for (int s = 0; s < K; ++s) buf[s * blockDim.x + threadIdx.x] = k == 0 ? aw[s] : ab[s % (DBS ? K : 1)];
       __syncthreads();
       for (int j = threadIdx.x; j < L.len; j += blockDim.x) {
         const int q = j / V, e = j % V, ln = q % G, p = q / G;

@@ -177,7 +177,8 @@ def test_forward_staged_rows(mode):
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_staged_rows(mode):
     """The half-type backward forms: one pack per thread (1024-thread blocks), staged (next row's x or y
-    and dy in shared memory) and not, and two packs per thread (512-thread blocks), each on every length:
+    and dy in shared memory) and not, and two packs per thread (512-thread blocks; layer_norm's dbias from
+    the kernel or from a column sum of dy), each on every length:
     resident grids looping over several rows per block, one-block and multi-block rows and their edges,
     from x and from the output; dx, dweight, dbias against the reference."""
     from cupy_kernels.ops import norm as N
@@ -191,21 +192,22 @@ def test_backward_staged_rows(mode):
         rdx, rdw, rdb = ref_backward(xv, wv, bv, dyv, 1e-5, mode)
         tol = 3 * TOL[dtype]
         saved = dict(N.TWO_PACK_FROM)
-        for on, two_pack_from in ((True, None), (False, None), (False, 0), (False, 1 << 40)):
-            N.STAGE_BWD["on"] = on
+        for on, two_pack_from, db_by_reduce in ((True, None, True), (False, None, True), (False, 0, True),
+                                                (False, 0, False), (False, 1 << 40, True)):
+            N.STAGE_BWD["on"], N.DB_BY_REDUCE["on"] = on, db_by_reduce
             if two_pack_from is not None:  # either half-type form on every length
                 N.TWO_PACK_FROM.update({m: two_pack_from for m in N.TWO_PACK_FROM})
             try:
                 for src, from_output in ((x, False), (y, True)):
                     dx, dw, db = norm_backward_impl(dy, src, w, b, None if from_output else mean, rstd, mode,
                                                     from_output=from_output)
-                    what = (dtype, n, on, two_pack_from, from_output)
+                    what = (dtype, n, on, two_pack_from, db_by_reduce, from_output)
                     assert dx_err(dx, rdx, xv, wv, dyv, 1e-5, mode) <= 2 * tol, what  # from y: y's rounding
                     assert rel_err(dw, rdw) <= 2 * tol, what
                     if mode == "layer_norm":
                         assert rel_err(db, rdb) <= tol, what
             finally:
-                N.STAGE_BWD["on"] = True
+                N.STAGE_BWD["on"] = N.DB_BY_REDUCE["on"] = True
                 N.TWO_PACK_FROM.update(saved)
 
 

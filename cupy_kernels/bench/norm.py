@@ -80,6 +80,10 @@ def norm_suite(quick: bool):
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="counter")}
                         if n >= 8192 else {}),
                      **half_forms(lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm")),
+                     **({"ladder: two packs, dbias summed in the kernel (not by reduce.cu)": switched(
+                         N.DB_BY_REDUCE, {"on": False},
+                         lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm"))}
+                        if n > 8192 and dtype in ("float16", "bfloat16") else {}),
                      "ladder: dx only (no dweight / dbias partial rows, no column_sum)":
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", need_dw=False,
                                                     need_db=False),

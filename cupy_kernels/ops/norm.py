@@ -73,9 +73,15 @@ def _fwd(dtype, mode, stage=False):
     return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {'true' if stage else 'false'}>"
 
 
-def _bwd(dtype, mode, from_output, stage=False, packs=2):
+def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True):
     st = "true" if stage else "false"
-    return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {st}, {packs}>"
+    return (f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {st}, {packs}"
+            f"{'' if db else ', false'}>")
+
+
+# The two-pack half layer_norm backward leaves dbias to a column sum of dy (reduce.cu) rather than keep
+# 16 more accumulators per thread in its already spilling registers. A switch for the ladder and tests.
+DB_BY_REDUCE = {"on": True}
 
 
 def _colsum(dtype):
@@ -87,6 +93,7 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
                + [_bwd(t, m, f, st, 1) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
                   for st in (False, True)]
+               + [_bwd(t, "layer_norm", f, False, 2, db=False) for t in ("float16", "bfloat16") for f in (0, 1)]
                + [_colsum(t) for t in FLOAT_DTYPES])
 
 
@@ -230,9 +237,13 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                         long_rows="exchange" if variant == "counter" else
                         variant if variant in ("split", "exchange") else None)
 
+            # dbias from a column sum of dy instead of the kernel's accumulators (two-pack half form)
+            db_by_reduce = (want_b and packs == 2 and rw.ITEMSIZE[dtype] == 2 and mode == "layer_norm"
+                            and DB_BY_REDUCE["on"])
+
             def planned(stage):
                 """(kernel, plan, dynamic shared bytes): at most 32 KB, no attribute to raise."""
-                name = _bwd(dtype, mode, from_output, stage, packs)
+                name = _bwd(dtype, mode, from_output, stage, packs, db=not db_by_reduce)
                 kernel = SOURCE.kernel(name)
                 smem = ((lambda t: 2 * packs * t * 16) if stage  # the next row's two inputs
                         else (lambda t: bwd_smem(dtype, t, packs=packs)))
@@ -247,7 +258,7 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
             sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
             nrg = p.grid // p.parts
             dw_part = call.empty((nrg, n), acc) if want_w else None
-            db_part = call.empty((nrg, n), acc) if want_b else None
+            db_part = call.empty((nrg, n), acc) if want_b and not db_by_reduce else None
             for phase in rw.phases(p, counter):
                 last = phase != 1  # the column partials come from the launch that writes dx
                 kernel((p.grid,), (p.threads,),
@@ -256,7 +267,11 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                         np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts),
                         np.int32(al), np.int32(phase), sync, slots),
                        shared_mem=smem)
-            if want_w or want_b:
+            if db_by_reduce:
+                from .reduce import reduce_impl
+
+                reduce_impl("sum", d2, axis=0, out=db)  # float sums in a fixed order: deterministic
+            if want_w or (want_b and not db_by_reduce):
                 SOURCE.kernel(_colsum(dtype))(
                     (ceil_div(n, 32), 2), (32, 32),
                     (rw.ptr(dw_part) if want_w else rw.ptr(db_part), rw.ptr(db_part) if want_w else np.uint64(0),
