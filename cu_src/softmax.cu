@@ -54,10 +54,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
   P* const sx = reinterpret_cast<P*>(staged);
   const long long step = nrg * gpb;
   long long row = rg * gpb + gi;
-  if (STAGE && row < rows) {
-    stage_packs<T, MAXP>(sx, x + row * n + begin, L);
-    cp_async_commit();
-  }
+  stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L);
   for (; row < rows; row += step) {
     P r[MAXP];
     // -inf: neutral for max and exp-sum

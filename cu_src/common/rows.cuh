@@ -134,6 +134,17 @@ __device__ __forceinline__ void opaque(typename Vec16<T>::type (&r)[MAXP]) {
   }
 }
 
+// A staged row loop's first step: the row at `off` copied into the shared slots s before the loop
+// (each iteration's load_row then takes it and stages the next). Nothing without STAGE.
+template <bool STAGE, typename T, int MAXP>
+__device__ __forceinline__ void stage_first(typename Vec16<T>::type* s, const T* a, long long off, bool any,
+                                            const RowLayout<T>& L) {
+  if (STAGE && any) {
+    stage_packs<T, MAXP>(s, a + off, L);
+    cp_async_commit();
+  }
+}
+
 // One input row at `off` into registers (past-the-end elements `fill`). STAGE: from the shared slots s
 // (filled by stage_packs for this row), and with has_next the row at off + step is copied in behind it.
 template <bool STAGE, typename T, int MAXP>

@@ -65,14 +65,25 @@ def resident_blocks(kernel, threads: int, dynamic_smem: int = 0) -> int:
     return n
 
 
+_shared_optin: dict = {}  # CUfunction -> the dynamic shared memory it is opted in to
+
+
 def use_shared_memory(kernel, nbytes: int, what: str = "kernel") -> None:
-    """Opt `kernel` in to `nbytes` of dynamic shared memory (above 48 KB needs the attribute)."""
+    """Opt `kernel` in to `nbytes` of dynamic shared memory (above 48 KB needs the attribute). Called on
+    every launch: the attribute is read and set once per CUfunction, not asked of the driver each time."""
+    if nbytes <= DEFAULT_SHARED_LIMIT:
+        return
+    fn = getattr(getattr(kernel, "kernel", kernel), "ptr", None)
+    if fn is not None and _shared_optin.get(fn, 0) >= nbytes:
+        return
     props = current()
     if nbytes > props.shared_per_block_optin:
         raise ValueError(f"{what} needs {nbytes} bytes of shared memory per block; "
                          f"{props.name} allows at most {props.shared_per_block_optin}")
-    if nbytes > DEFAULT_SHARED_LIMIT and getattr(kernel, "max_dynamic_shared_size_bytes", 0) < nbytes:
+    if getattr(kernel, "max_dynamic_shared_size_bytes", 0) < nbytes:
         kernel.max_dynamic_shared_size_bytes = nbytes
+    if fn is not None:
+        _shared_optin[fn] = nbytes
 
 
 def ceil_div(a: int, b: int) -> int:

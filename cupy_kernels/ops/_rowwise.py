@@ -148,12 +148,10 @@ def staged_plan(kernel, name: str, rows: int, n: int, dtype: str, maxp: int, max
     """(plan, dynamic shared bytes) of a staged launch: a resident grid looping over rows, one 16-byte
     slot per pack per thread per input tensor (above the default 48 KB window the attribute is raised:
     64 KB for a 1024-thread forward)."""
-    from .._runtime import current
+    from .._runtime import current, use_shared_memory
 
     smem = lambda t: tensors * maxp * t * 16  # noqa: E731
-    biggest = smem(max_threads)
-    if biggest > 48 * 1024 and getattr(kernel, "max_dynamic_shared_size_bytes", 0) < biggest:
-        kernel.max_dynamic_shared_size_bytes = biggest
+    use_shared_memory(kernel, smem(max_threads), name)
     p = plan(rows, n, dtype, maxp, max_threads, current().sm_count, persistent=True,
              occupancy=occupancy(kernel, name, smem), **args)
     return p, smem(p.threads)

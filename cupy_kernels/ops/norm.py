@@ -220,8 +220,6 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                 raise ValueError(f"{op}: {name} must be a contiguous array of {rows} row statistics; got shape "
                                  f"{tuple(ac.shape)}")
             stats[name] = ac
-        if from_output and w is None and mode == "rms_norm":
-            pass  # xhat = y
         d2, s2 = (a if a.flags.c_contiguous else _copy(call, a, dtype) for a in (dyc, sc))
         d2, s2 = d2.reshape(rows, n), s2.reshape(rows, n)
         dx = call.empty(sc.shape, dtype)
