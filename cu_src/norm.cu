@@ -53,8 +53,10 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
   const long long step = nrg * gpb;
   long long row = rg * gpb + gi;
   stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L);
+  // layer: the shift K (the segment's first element, see below), loaded one row ahead: a load of it in
+  // the row's own pass stalled a staged row (its packs come from shared memory) for the load's latency.
+  A k_next = MODE == LAYER && row < rows ? cast<A>(x[row * n + begin]) : A(0);
   for (; row < rows; row += step) {
-    const T* xr = x + row * n + begin;
     P r[MAXP];
     load_row<STAGE, T, MAXP>(r, sx, x, row * n + begin, step * n, row + step < rows, L, 0.f);
     A mean = A(0), rstd;
@@ -66,8 +68,9 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
       // than 2.6 standard deviations off, under 1% of the rows of normal data) the segment takes the
       // exact second pass around the mean instead. The decision is uniform: every thread of the
       // group holds the same reduced sums (a butterfly adds commutatively).
-      // (K is loaded after the packs: a fill value taken from it would hold their loads back.)
-      const A K = cast<A>(xr[0]);
+      // (K is not a fill value for the packs: that would hold their loads back.)
+      const A K = k_next;
+      if (row + step < rows) k_next = cast<A>(x[(row + step) * n + begin]);
       A s1 = A(0), s2 = A(0);
 #pragma unroll
       for (int p = 0; p < MAXP; ++p)
@@ -188,6 +191,87 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
 // otherwise waits for each row's loads after the previous row's exchange and stores).
 // DB = false (layer_norm only): no dbias accumulators (the host sums dy's columns itself): 16 fewer
 // registers for the two-pack half form, whose accumulators spill.
+// The backward's arithmetic of one row, shared by norm_bwd and norm_bwd_pipelined.
+// xhat of one element: from x, (x - mean) * rstd; from the output y, (y - b) / w (rms: y / w).
+template <int MODE, int FROM_OUTPUT, typename A>
+__device__ __forceinline__ A bwd_xhat(A v, A wv, A bv, A mean, A rstd) {
+  if (FROM_OUTPUT) return acc_div<A>(MODE == LAYER ? v - bv : v, wv);
+  return (v - mean) * rstd;
+}
+
+// First pass, this thread's share: c1 = sum(g), c2 = sum(g * xhat), g = dy * w.
+template <typename T, int MODE, int FROM_OUTPUT, int MAXP, typename A = typename AccOf<T>::type,
+          typename P = typename Vec16<T>::type>
+__device__ __forceinline__ void bwd_sums(const P (&rx)[MAXP], const P (&rd)[MAXP], const T* wb, const T* bb,
+                                         const RowLayout<T>& L, A mean, A rstd, A& c1, A& c2) {
+  c1 = A(0);
+  c2 = A(0);
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p) {
+    if (p < L.packs) {
+      const P wp = column_pack<T>(wb, p, L, 1.f), bp = column_pack<T>(bb, p, L, 0.f);
+#pragma unroll
+      for (int e = 0; e < L.V; ++e) {
+        const A wv = cast<A>(wp.v[e]);
+        const A g = cast<A>(rd[p].v[e]) * wv;
+        c1 += g;
+        // from x: sum(g * (x - mean)) here, times rstd once below
+        c2 += g * (FROM_OUTPUT ? bwd_xhat<MODE, FROM_OUTPUT>(cast<A>(rx[p].v[e]), wv, cast<A>(bp.v[e]), mean, rstd)
+                               : cast<A>(rx[p].v[e]) - mean);
+      }
+    }
+  }
+  if (!FROM_OUTPUT) c2 *= rstd;
+}
+
+// Second pass: dx of the row written to dxr (c1, c2: the row means of g and g * xhat), and this
+// thread's column sums accumulated: aw[p * V + e] += dy * xhat, with DBS ab[...] += dy.
+template <typename T, int MODE, int FROM_OUTPUT, bool DBS, int MAXP, int K, int KB,
+          typename A = typename AccOf<T>::type, typename P = typename Vec16<T>::type>
+__device__ __forceinline__ void bwd_write(const P (&rx)[MAXP], const P (&rd)[MAXP], const T* wb, const T* bb,
+                                          const RowLayout<T>& L, A mean, A rstd, A c1, A c2, T* dxr, A (&aw)[K],
+                                          A (&ab)[KB]) {
+  constexpr int V = Vec16<T>::N;
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p) {
+    if (p < L.packs) {
+      const P wp = column_pack<T, true>(wb, p, L, 1.f), bp = column_pack<T, true>(bb, p, L, 0.f);
+      P o;
+      constexpr int S = sizeof(T) == 2 ? 2 : 1;  // elements converted together (store2)
+#pragma unroll
+      for (int e0 = 0; e0 < V; e0 += S) {
+        A pair[2];
+#pragma unroll
+        for (int h = 0; h < S; ++h) {
+          const int e = e0 + h;
+          const A wv = cast<A>(wp.v[e]), d = cast<A>(rd[p].v[e]);
+          const A xh = bwd_xhat<MODE, FROM_OUTPUT>(cast<A>(rx[p].v[e]), wv, cast<A>(bp.v[e]), mean, rstd);
+          const A g = d * wv;
+          pair[h] = rstd * (MODE == LAYER ? g - c1 - xh * c2 : g - xh * c2);
+          aw[p * V + e] += d * xh;
+          if (DBS) ab[(p * V + e) % KB] += d;
+        }
+        if (S == 2) store2(&o.v[e0], pair[0], pair[1]);
+        else o.v[e0] = cast<T>(pair[0]);
+      }
+      store_pack<T>(dxr, o, p, L);
+    }
+  }
+}
+
+// A block of one group (G = block): each thread writes its own columns' sums to the partial row orow.
+template <typename T, int MAXP, int K, typename A>
+__device__ __forceinline__ void store_column_sums(A* orow, const A (&acc)[K], const RowLayout<T>& L) {
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p) {
+    const int i = L.at(p);
+    if (p < L.packs)
+#pragma unroll
+      for (int e = 0; e < L.V; ++e)
+        if (i + e < L.len) orow[i + e] = acc[(p * L.V + e) % K];
+  }
+}
+
 template <typename T, int MODE, int FROM_OUTPUT, bool STAGE, int PACKS, bool DB = true>
 __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlocks<T, PACKS>::value) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                   const T* __restrict__ w, const T* __restrict__ b,
@@ -236,27 +320,8 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
     load_row_pair<STAGE, T, MAXP>(rx, rd, sa, sb, src, dy, off, (long long)stride * n, row + stride < rows, L);
     const A rstd = rstd_in[row];
     const A mean = MODE == LAYER && !FROM_OUTPUT ? mean_in[row] : A(0);
-    // xhat and g of one element (the same arithmetic in both passes).
-    auto xhat_of = [&](A v, A wv, A bv) -> A {
-      if (FROM_OUTPUT) return acc_div<A>(MODE == LAYER ? v - bv : v, wv);
-      return (v - mean) * rstd;
-    };
-    A c1 = A(0), c2 = A(0);
-#pragma unroll
-    for (int p = 0; p < MAXP; ++p) {
-      if (p < packs) {
-        const P wp = column_pack<T>(wb, p, L, 1.f), bp = column_pack<T>(bb, p, L, 0.f);
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const A wv = cast<A>(wp.v[e]);
-          const A g = cast<A>(rd[p].v[e]) * wv;
-          c1 += g;
-          // from x: sum(g * (x - mean)) here, times rstd once below
-          c2 += g * (FROM_OUTPUT ? xhat_of(cast<A>(rx[p].v[e]), wv, cast<A>(bp.v[e])) : cast<A>(rx[p].v[e]) - mean);
-        }
-      }
-    }
-    if (!FROM_OUTPUT) c2 *= rstd;
+    A c1, c2;
+    bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(rx, rd, wb, bb, L, mean, rstd, c1, c2);
     if (MODE == LAYER) row_reduce2<A>(c1, c2, G, mask, scratch);  // one pair of barriers for both
     else c2 = row_reduce<SumOp>(c2, G, mask, scratch);
     if (parts > 1) {
@@ -268,35 +333,9 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
       c1 = t[0];
       c2 = t[1];
     }
-    c1 /= A(n);
-    c2 /= A(n);
     opaque<T, MAXP>(rx);
     opaque<T, MAXP>(rd);
-#pragma unroll
-    for (int p = 0; p < MAXP; ++p) {
-      if (p < packs) {
-        const P wp = column_pack<T, true>(wb, p, L, 1.f), bp = column_pack<T, true>(bb, p, L, 0.f);
-        P o;
-        constexpr int S = sizeof(T) == 2 ? 2 : 1;  // elements converted together (store2)
-#pragma unroll
-        for (int e0 = 0; e0 < V; e0 += S) {
-          A pair[2];
-#pragma unroll
-          for (int h = 0; h < S; ++h) {
-            const int e = e0 + h;
-            const A wv = cast<A>(wp.v[e]), d = cast<A>(rd[p].v[e]);
-            const A xh = xhat_of(cast<A>(rx[p].v[e]), wv, cast<A>(bp.v[e]));
-            const A g = d * wv;
-            pair[h] = rstd * (MODE == LAYER ? g - c1 - xh * c2 : g - xh * c2);
-            aw[p * V + e] += d * xh;
-            if (DBS) ab[(p * V + e) % (DBS ? K : 1)] += d;
-          }
-          if (S == 2) store2(&o.v[e0], pair[0], pair[1]);
-          else o.v[e0] = cast<T>(pair[0]);
-        }
-        store_pack<T>(dx + off, o, p, L);
-      }
-    }
+    bwd_write<T, MODE, FROM_OUTPUT, DBS, MAXP>(rx, rd, wb, bb, L, mean, rstd, c1 / A(n), c2 / A(n), dx + off, aw, ab);
   }
 
   // Column partials: partial row rg, columns [begin, begin + L.len).
@@ -305,14 +344,8 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
     if (out == nullptr) continue;  // uniform over the block
     A* orow = out + rg * n + begin;
     if (gpb == 1) {  // one group: each thread writes its own columns
-#pragma unroll
-      for (int p = 0; p < MAXP; ++p) {
-        const int i = L.at(p);
-        if (p < packs)
-#pragma unroll
-          for (int e = 0; e < V; ++e)
-            if (i + e < L.len) orow[i + e] = k == 0 ? aw[p * V + e] : ab[(p * V + e) % (DBS ? K : 1)];
-      }
+      if (k == 0) store_column_sums<T, MAXP>(orow, aw, L);
+      else store_column_sums<T, MAXP>(orow, ab, L);
     } else {  // several groups meet in shared memory (slot s of thread t at [s * blockDim.x + t]), summed in group order
       A* buf = reinterpret_cast<A*>(dyn_smem);
       __syncthreads();  // the previous accumulator's readers are done
@@ -327,6 +360,102 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
       }
     }
   }
+}
+
+// The staged one-pack backward with two rows in flight per block. Row r + stride's first pass runs and its
+// warps publish their sums before row r's dx is written; the block reduction completes after that, so the
+// barrier's wait is spent writing the previous row (a 1024-thread block alone on its SM otherwise idles
+// through every row's reduction). Launch: a resident grid of 1024-thread blocks, one block per row
+// (G = blockDim.x, packs <= 1, n <= blockDim.x * V), aligned rows; dynamic shared memory for the next
+// row's src and dy (2 * blockDim.x 16-byte slots); block b writes partial row b. Arguments as norm_bwd.
+template <typename T, int MODE, int FROM_OUTPUT>
+__global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restrict__ src, const T* __restrict__ dy,
+                                                             T* dx, const T* __restrict__ w, const T* __restrict__ b,
+                                                             const typename AccOf<T>::type* __restrict__ mean_in,
+                                                             const typename AccOf<T>::type* __restrict__ rstd_in,
+                                                             typename AccOf<T>::type* __restrict__ dw_part,
+                                                             typename AccOf<T>::type* __restrict__ db_part,
+                                                             long long rows, long long n, int packs) {
+  typedef typename AccOf<T>::type A;
+  typedef typename Vec16<T>::type P;
+  constexpr int MAXP = 1, K = MAXP * Vec16<T>::N;
+  constexpr bool DBS = MODE == LAYER, USES_MEAN = MODE == LAYER && !FROM_OUTPUT;
+  __shared__ A scratch[64];
+  __shared__ A sums[2][64];  // warp sums of c1 (0..31) and c2 (32..63), alternate rows (one barrier a row)
+  extern __shared__ int4 dyn_smem[];
+  const RowLayout<T> L{(int)n, (int)threadIdx.x, (int)blockDim.x, packs, true};
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  A aw[K], ab[DBS ? K : 1];
+#pragma unroll
+  for (int k = 0; k < K; ++k) aw[k] = A(0);
+#pragma unroll
+  for (int k = 0; k < (DBS ? K : 1); ++k) ab[k] = A(0);
+  P* const sa = reinterpret_cast<P*>(dyn_smem);
+  P* const sb = sa + blockDim.x;
+  const int stride = gridDim.x;
+  long long row = blockIdx.x;
+
+  // Row `row` (being written): inputs, statistics, sums; row + stride's statistics loaded one row ahead.
+  P rx[MAXP], rd[MAXP];
+  A mean = A(0), rstd = A(0), c1 = A(0), c2 = A(0), mean_n = A(0), rstd_n = A(0);
+  if (row < rows) {
+    stage_packs<T, MAXP>(sa, src + row * n, L);
+    stage_packs<T, MAXP>(sb, dy + row * n, L);
+    cp_async_commit();
+    rstd = rstd_in[row];
+    if (USES_MEAN) mean = mean_in[row];
+    if (row + stride < rows) {
+      rstd_n = rstd_in[row + stride];
+      if (USES_MEAN) mean_n = mean_in[row + stride];
+    }
+    load_row_pair<true, T, MAXP>(rx, rd, sa, sb, src, dy, row * n, (long long)stride * n, row + stride < rows, L);
+    bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(rx, rd, w, b, L, mean, rstd, c1, c2);
+    if (MODE == LAYER) row_reduce2<A>(c1, c2, blockDim.x, 0xffffffffu, scratch);
+    else c2 = block_reduce<SumOp>(c2, scratch);
+  }
+  int buf = 0;
+  for (; row < rows; row += stride) {
+    const long long next = row + stride;  // uniform over the block
+    P nx[MAXP], nd[MAXP];
+    A nc1 = A(0), nc2 = A(0);
+    const A nmean = mean_n, nrstd = rstd_n;
+    if (next < rows) {
+      load_row_pair<true, T, MAXP>(nx, nd, sa, sb, src, dy, next * n, (long long)stride * n, next + stride < rows, L);
+      if (next + stride < rows) {
+        rstd_n = rstd_in[next + stride];
+        if (USES_MEAN) mean_n = mean_in[next + stride];
+      }
+      bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(nx, nd, w, b, L, nmean, nrstd, nc1, nc2);
+      if (MODE == LAYER) group_reduce2<A>(nc1, nc2, 32);
+      else nc2 = group_reduce<SumOp>(nc2, 32);
+      if (lane == 0) {
+        sums[buf][warp] = nc1;
+        sums[buf][32 + warp] = nc2;
+      }
+    }
+    opaque<T, MAXP>(rx);
+    opaque<T, MAXP>(rd);
+    bwd_write<T, MODE, FROM_OUTPUT, DBS, MAXP>(rx, rd, w, b, L, mean, rstd, c1 / A(n), c2 / A(n), dx + row * n, aw, ab);
+    if (next < rows) {
+      __syncthreads();  // every warp's sums of row `next` published
+      nc1 = lane < warps ? sums[buf][lane] : A(0);
+      nc2 = lane < warps ? sums[buf][32 + lane] : A(0);
+      if (MODE == LAYER) group_reduce2<A>(nc1, nc2, 32);
+      else nc2 = group_reduce<SumOp>(nc2, 32);
+      buf ^= 1;  // the next row's sums go to the other buffer: no second barrier
+    }
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p) {
+      rx[p] = nx[p];
+      rd[p] = nd[p];
+    }
+    mean = nmean;
+    rstd = nrstd;
+    c1 = nc1;
+    c2 = nc2;
+  }
+  if (dw_part) store_column_sums<T, MAXP>(dw_part + blockIdx.x * n, aw, L);
+  if (DBS && db_part) store_column_sums<T, MAXP>(db_part + blockIdx.x * n, ab, L);
 }
 
 // dweight / dbias from the partial rows: out[col] = sum over r partial rows. Thread (x, y) of a

@@ -17,6 +17,9 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--base", help="cu_src directory of the baseline kernels")
 ap.add_argument("--shapes", default="all", help="comma-separated indices into SHAPES")
 ap.add_argument("--stage-ab", action="store_true", help="A/B the staged forward (on: new, off: unstaged)")
+ap.add_argument("--pipe-ab", action="store_true",
+                help="also time the backward with norm_bwd_pipelined off (nopipe) and with the one-pack form on "
+                     "every length (onepack)")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
 
@@ -26,11 +29,17 @@ print(f"copy {copy / 1e12:.2f} TB/s", flush=True)
 tree = sources.cu_src_dir()
 
 
+TWO_PACK_FROM = dict(N.TWO_PACK_FROM)
+
+
 def use(cu_dir):
     """Point the norm kernels at the sources in cu_dir (compiled on first use); "unstaged": the working
-    tree with the staged forward switched off."""
+    tree with the staged forward switched off; "nopipe" / "onepack": see --pipe-ab."""
     N.STAGE_FWD["on"] = S.STAGE_FWD["on"] = N.STAGE_BWD["on"] = S.WIDE_BWD["on"] = cu_dir != "unstaged"
-    if cu_dir == "unstaged":
+    if hasattr(N, "PIPELINE_BWD"):
+        N.PIPELINE_BWD["on"] = cu_dir not in ("nopipe", args.base)
+    N.TWO_PACK_FROM.update({m: 1 << 40 for m in TWO_PACK_FROM} if cu_dir == "onepack" else TWO_PACK_FROM)
+    if cu_dir in ("unstaged", "nopipe", "onepack"):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
     sources.read_source.cache_clear()
@@ -39,7 +48,8 @@ def use(cu_dir):
         src._kernels.clear()
 
 
-variants = [("new", tree)] + ([("base", args.base)] if args.base else []) + ([("unstaged", "unstaged")] if args.stage_ab else [])
+variants = ([("new", tree)] + ([("base", args.base)] if args.base else []) + ([("unstaged", "unstaged")] if args.stage_ab else [])
+            + ([("nopipe", "nopipe"), ("onepack", "onepack")] if args.pipe_ab else []))
 shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
 for shape, dtype in shapes:
     (x, xc), (dy, dyc) = tensors(shape, dtype, 2)

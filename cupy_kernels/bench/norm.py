@@ -25,7 +25,9 @@ def norm_suite(quick: bool):
         return {"ladder: one pack per thread (1024-thread blocks, staged where alone on an SM)": one_pack,
                 "ladder: two packs per thread (512-thread blocks, spills accumulators)":
                     switched(N.TWO_PACK_FROM, {m: 0 for m in N.TWO_PACK_FROM}, fn),
-                **({"ladder: one pack per thread, unstaged": switched(N.STAGE_BWD, {"on": False}, one_pack)}
+                **({"ladder: one pack per thread, unstaged": switched(N.STAGE_BWD, {"on": False}, one_pack),
+                    "ladder: one pack per thread, staged, one row in flight (not pipelined)":
+                        switched(N.PIPELINE_BWD, {"on": False}, one_pack)}
                    if n >= 8192 else {})}
 
     for shape, dtype in SHAPES[:3] if quick else SHAPES:

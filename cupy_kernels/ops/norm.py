@@ -84,6 +84,15 @@ def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True):
 DB_BY_REDUCE = {"on": True}
 
 
+# The staged one-pack backward with one block per row takes norm_bwd_pipelined: two rows in flight, the next
+# row's reduction overlapping this row's dx (a 1024-thread block is alone on its SM). A ladder switch.
+PIPELINE_BWD = {"on": True}
+
+
+def _pipelined(dtype, mode, from_output):
+    return f"norm_bwd_pipelined<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}>"
+
+
 def _colsum(dtype):
     return f"column_sum<{CTYPES[dtype]}>"
 
@@ -94,6 +103,7 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_bwd(t, m, f, st, 1) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
                   for st in (False, True)]
                + [_bwd(t, "layer_norm", f, False, 2, db=False) for t in ("float16", "bfloat16") for f in (0, 1)]
+               + [_pipelined(t, m, f) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)]
                + [_colsum(t) for t in FLOAT_DTYPES])
 
 
@@ -257,7 +267,13 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
             nrg = p.grid // p.parts
             dw_part = call.empty((nrg, n), acc) if want_w else None
             db_part = call.empty((nrg, n), acc) if want_b and not db_by_reduce else None
-            for phase in rw.phases(p, counter):
+            pipelined = PIPELINE_BWD["on"] and smem and p.threads == 1024 and p.group == p.threads and p.parts == 1
+            if pipelined:  # same plan (a resident grid of one-row blocks) and staging as the staged norm_bwd
+                SOURCE.kernel(_pipelined(dtype, mode, from_output))(
+                    (p.grid,), (p.threads,),
+                    (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
+                     rw.ptr(db_part), np.int64(rows), np.int64(n), np.int32(p.packs)), shared_mem=smem)
+            for phase in () if pipelined else rw.phases(p, counter):
                 last = phase != 1  # the column partials come from the launch that writes dx
                 kernel((p.grid,), (p.threads,),
                        (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"],
