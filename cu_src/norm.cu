@@ -53,10 +53,9 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
   const long long step = nrg * gpb;
   long long row = rg * gpb + gi;
   stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L);
-  // layer: the shift K (the segment's first element, see below), loaded one row ahead: a load of it in
-  // the row's own pass stalled a staged row (its packs come from shared memory) for the load's latency.
-  A k_next = MODE == LAYER && row < rows ? cast<A>(x[row * n + begin]) : A(0);
+  const A inv_len = A(1) / A(L.len), inv_n = A(1) / A(n);  // once, not an IEEE division a row
   for (; row < rows; row += step) {
+    const T* xr = x + row * n + begin;
     P r[MAXP];
     load_row<STAGE, T, MAXP>(r, sx, x, row * n + begin, step * n, row + step < rows, L, 0.f);
     A mean = A(0), rstd;
@@ -68,9 +67,9 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
       // than 2.6 standard deviations off, under 1% of the rows of normal data) the segment takes the
       // exact second pass around the mean instead. The decision is uniform: every thread of the
       // group holds the same reduced sums (a butterfly adds commutatively).
-      // (K is not a fill value for the packs: that would hold their loads back.)
-      const A K = k_next;
-      if (row + step < rows) k_next = cast<A>(x[(row + step) * n + begin]);
+      // (K is loaded after the packs: a fill value taken from it would hold their loads back; loaded one
+      // row ahead it measured 3-8% slower.)
+      const A K = cast<A>(xr[0]);
       A s1 = A(0), s2 = A(0);
 #pragma unroll
       for (int p = 0; p < MAXP; ++p)
@@ -79,24 +78,23 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
           if (lim >= V) {  // a whole pack: no per-element test
 #pragma unroll
             for (int e = 0; e < V; ++e) {
-              const A d = cast<A>(r[p].v[e]) - K;
+              const A d = elem<A>(r[p], e) - K;
               s1 += d;
               s2 += d * d;
             }
           } else {
 #pragma unroll
             for (int e = 0; e < V; ++e) {
-              const A d = e < lim ? cast<A>(r[p].v[e]) - K : A(0);  // slots past the end: 0
+              const A d = e < lim ? elem<A>(r[p], e) - K : A(0);  // slots past the end: 0
               s1 += d;
               s2 += d * d;
             }
           }
         }
       row_reduce2<A>(s1, s2, G, mask, scratch);
-      const A seg_n = A(L.len);
-      A m2 = s2 - s1 * s1 / seg_n;
-      const A seg_mean = K + s1 / seg_n;
-      if (!(s1 * s1 / seg_n <= A(0.875) * s2)) {  // also NaN: the exact pass propagates it
+      A m2 = s2 - s1 * s1 * inv_len;
+      const A seg_mean = K + s1 * inv_len;
+      if (!(s1 * s1 * inv_len <= A(0.875) * s2)) {  // also NaN: the exact pass propagates it
         opaque<T, MAXP>(r);
         m2 = A(0);
 #pragma unroll
@@ -105,7 +103,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
             const int lim = L.len - L.at(p);
 #pragma unroll
             for (int e = 0; e < V; ++e) {
-              const A d = (lim >= V || e < lim) ? cast<A>(r[p].v[e]) - seg_mean : A(0);
+              const A d = (lim >= V || e < lim) ? elem<A>(r[p], e) - seg_mean : A(0);
               m2 += d * d;
             }
           }
@@ -121,7 +119,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
         // Parallel over the parts, then block reductions in fixed order (as sum_parts).
         A total = A(0);
         for (int q = threadIdx.x; q < parts; q += blockDim.x) total += ld_part(sl + 2 * q) * A(min(chunk, n - q * chunk));
-        mean = block_reduce<SumOp>(total, scratch) / A(n);
+        mean = block_reduce<SumOp>(total, scratch) * inv_n;
         m2 = A(0);
         for (int q = threadIdx.x; q < parts; q += blockDim.x) {
           const A nq = A(min(chunk, n - q * chunk));
@@ -130,7 +128,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
         }
         m2 = block_reduce<SumOp>(m2, scratch);
       }
-      rstd = acc_rsqrt<A>(m2 / A(n) + eps);
+      rstd = acc_rsqrt<A>(m2 * inv_n + eps);
     } else {
       A ss = A(0);
 #pragma unroll
@@ -138,7 +136,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
         if (p < packs)
 #pragma unroll
           for (int e = 0; e < V; ++e) {
-            const A v = cast<A>(r[p].v[e]);
+            const A v = elem<A>(r[p], e);
             ss += v * v;
           }
       ss = row_reduce<SumOp>(ss, G, mask, scratch);
@@ -150,7 +148,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
         sum_parts<A, 1>(sl, parts, t, scratch);
         ss = t[0];
       }
-      rstd = acc_rsqrt<A>(ss / A(n) + eps);
+      rstd = acc_rsqrt<A>(ss * inv_n + eps);
     }
     if (part == 0 && L.lane == 0) {
       if (mean_out) mean_out[row] = mean;
@@ -164,8 +162,8 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
         const P wp = column_pack<T>(wb, p, L, 1.f), bp = column_pack<T>(bb, p, L, 0.f);
         P o;
         auto out = [&](int e) -> A {
-          const A xh = (cast<A>(r[p].v[e]) - mean) * rstd;
-          return MODE == LAYER ? xh * cast<A>(wp.v[e]) + cast<A>(bp.v[e]) : xh * cast<A>(wp.v[e]);
+          const A xh = (elem<A>(r[p], e) - mean) * rstd;
+          return MODE == LAYER ? xh * elem<A>(wp, e) + elem<A>(bp, e) : xh * elem<A>(wp, e);
         };
 #pragma unroll
         for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
@@ -212,12 +210,12 @@ __device__ __forceinline__ void bwd_sums(const P (&rx)[MAXP], const P (&rd)[MAXP
       const P wp = column_pack<T>(wb, p, L, 1.f), bp = column_pack<T>(bb, p, L, 0.f);
 #pragma unroll
       for (int e = 0; e < L.V; ++e) {
-        const A wv = cast<A>(wp.v[e]);
-        const A g = cast<A>(rd[p].v[e]) * wv;
+        const A wv = elem<A>(wp, e);
+        const A g = elem<A>(rd[p], e) * wv;
         c1 += g;
         // from x: sum(g * (x - mean)) here, times rstd once below
-        c2 += g * (FROM_OUTPUT ? bwd_xhat<MODE, FROM_OUTPUT>(cast<A>(rx[p].v[e]), wv, cast<A>(bp.v[e]), mean, rstd)
-                               : cast<A>(rx[p].v[e]) - mean);
+        c2 += g * (FROM_OUTPUT ? bwd_xhat<MODE, FROM_OUTPUT>(elem<A>(rx[p], e), wv, elem<A>(bp, e), mean, rstd)
+                               : elem<A>(rx[p], e) - mean);
       }
     }
   }
@@ -244,8 +242,8 @@ __device__ __forceinline__ void bwd_write(const P (&rx)[MAXP], const P (&rd)[MAX
 #pragma unroll
         for (int h = 0; h < S; ++h) {
           const int e = e0 + h;
-          const A wv = cast<A>(wp.v[e]), d = cast<A>(rd[p].v[e]);
-          const A xh = bwd_xhat<MODE, FROM_OUTPUT>(cast<A>(rx[p].v[e]), wv, cast<A>(bp.v[e]), mean, rstd);
+          const A wv = elem<A>(wp, e), d = elem<A>(rd[p], e);
+          const A xh = bwd_xhat<MODE, FROM_OUTPUT>(elem<A>(rx[p], e), wv, elem<A>(bp, e), mean, rstd);
           const A g = d * wv;
           pair[h] = rstd * (MODE == LAYER ? g - c1 - xh * c2 : g - xh * c2);
           aw[p * V + e] += d * xh;
@@ -414,6 +412,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
     else c2 = block_reduce<SumOp>(c2, scratch);
   }
   int buf = 0;
+  const A inv_n = A(1) / A(n);  // once, not an IEEE division a row (norm_bwd's spill if hoisted)
   for (; row < rows; row += stride) {
     const long long next = row + stride;  // uniform over the block
     P nx[MAXP], nd[MAXP];
@@ -435,7 +434,8 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
     }
     opaque<T, MAXP>(rx);
     opaque<T, MAXP>(rd);
-    bwd_write<T, MODE, FROM_OUTPUT, DBS, MAXP>(rx, rd, w, b, L, mean, rstd, c1 / A(n), c2 / A(n), dx + row * n, aw, ab);
+    bwd_write<T, MODE, FROM_OUTPUT, DBS, MAXP>(rx, rd, w, b, L, mean, rstd, c1 * inv_n, c2 * inv_n, dx + row * n, aw,
+                                               ab);
     if (next < rows) {
       __syncthreads();  // every warp's sums of row `next` published
       nc1 = lane < warps ? sums[buf][lane] : A(0);

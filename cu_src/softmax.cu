@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
     for (int p = 0; p < MAXP; ++p)
       if (p < packs)
 #pragma unroll
-        for (int e = 0; e < V; ++e) m = MaxOp::combine(m, cast<A>(r[p].v[e]));
+        for (int e = 0; e < V; ++e) m = MaxOp::combine(m, elem<A>(r[p], e));
     m = row_reduce<MaxOp>(m, G, mask, scratch);
     opaque<T, MAXP>(r);
     A s = A(0);
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
     for (int p = 0; p < MAXP; ++p)
       if (p < packs)
 #pragma unroll
-        for (int e = 0; e < V; ++e) s += fast_exp<A>(cast<A>(r[p].v[e]) - m);
+        for (int e = 0; e < V; ++e) s += fast_exp<A>(elem<A>(r[p], e) - m);
     s = row_reduce<SumOp>(s, G, mask, scratch);
     if (parts > 1) {
       const A mine[2] = {m, s};
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
       if (p < packs) {
         P o;
         auto out = [&](int e) -> A {
-          const A d = cast<A>(r[p].v[e]) - m;
+          const A d = elem<A>(r[p], e) - m;
           return MODE == SOFTMAX ? fast_exp<A>(d) * inv : d - ls;
         };
 #pragma unroll
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
     for (int p = 0; p < MAXP; ++p)
       if (p < packs)
 #pragma unroll
-        for (int e = 0; e < V; ++e) c += MODE == SOFTMAX ? cast<A>(rd[p].v[e]) * cast<A>(ry[p].v[e]) : cast<A>(rd[p].v[e]);
+        for (int e = 0; e < V; ++e) c += MODE == SOFTMAX ? elem<A>(rd[p], e) * elem<A>(ry[p], e) : elem<A>(rd[p], e);
     c = row_reduce<SumOp>(c, G, mask, scratch);
     if (parts > 1) {
       const A mine[1] = {c};
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
       if (p < packs) {
         P o;
         auto out = [&](int e) -> A {
-          const A yv = cast<A>(ry[p].v[e]), g = cast<A>(rd[p].v[e]);
+          const A yv = elem<A>(ry[p], e), g = elem<A>(rd[p], e);
           return MODE == SOFTMAX ? yv * (g - c) : g - fast_exp<A>(yv) * c;
         };
 #pragma unroll

@@ -30,6 +30,13 @@ tree = sources.cu_src_dir()
 
 
 TWO_PACK_FROM = dict(N.TWO_PACK_FROM)
+ALL_NAMES = list(N.SOURCE.names)
+BASE_KERNELS = set()
+if args.base:
+    import re
+
+    BASE_KERNELS = set(re.findall(r"__global__ void(?: __launch_bounds__\([^)]*\))? (\w+)\(",
+                                  (Path(args.base) / "norm.cu").read_text()))
 
 
 def use(cu_dir):
@@ -43,6 +50,8 @@ def use(cu_dir):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
     sources.read_source.cache_clear()
+    # a baseline tree declares only the kernels it has
+    N.SOURCE.names[:] = [k for k in ALL_NAMES if cu_dir != args.base or k.split("<")[0] in BASE_KERNELS]
     for src in (N.SOURCE, S.SOURCE):
         src._modules.clear()
         src._kernels.clear()

@@ -39,6 +39,18 @@ template <typename T> struct RowMinBlocks { static constexpr int value = sizeof(
 // 32768-element half row, or 16384 float32, without splitting it), 512 at 128 registers for float64.
 template <typename T> struct FwdThreads { static constexpr int value = sizeof(T) == 8 ? 512 : 1024; };
 
+// Element e of a pack in the accumulator type. A bfloat16 comes from its 32-bit word with one shift or
+// mask: the generic conversion of an extracted upper half costs a PRMT and a shift.
+template <typename A, typename T, int N>
+__device__ __forceinline__ A elem(const Pack<T, N>& pk, int e) {
+  return cast<A>(pk.v[e]);
+}
+template <>
+__device__ __forceinline__ float elem<float, bfloat16, 8>(const Pack<bfloat16, 8>& pk, int e) {
+  const unsigned w = reinterpret_cast<const unsigned*>(&pk)[e >> 1];
+  return __uint_as_float(e & 1 ? w & 0xffff0000u : w << 16);
+}
+
 template <typename T> struct RowLayout {
   static constexpr int V = Vec16<T>::N;
   int len;  // elements of this segment (a segment fits one block's registers: < 2^31)

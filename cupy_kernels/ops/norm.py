@@ -20,8 +20,9 @@ def fwd_threads(dtype: str, n: int | None = None) -> int:
 # Half-type backward rows from these lengths take the two-pack form of norm_bwd (512-thread blocks, two
 # per SM; it spills accumulators), shorter ones the spill-free one-pack form (1024-thread blocks). Measured
 # (H200, us, one-pack staged vs two-pack): layer 8192² bf16 191 vs 215, 1024x32768 bf16 170 vs 156; rms
-# 8192² 161 vs 139, 1024x32768 145 vs 114; 32768x1024 fp16 layer 79 vs 118, rms 69 vs 69.
-TWO_PACK_FROM = {"layer_norm": 8193, "rms_norm": 8192}
+# 8192² 161 vs 139 (pipelined one-pack: 133-138), 1024x32768 145 vs 114; 32768x1024 fp16 layer 79 vs 118,
+# rms 69 vs 69.
+TWO_PACK_FROM = {"layer_norm": 8193, "rms_norm": 8193}
 
 
 def bwd_packs(dtype: str, mode: str, n: int) -> int:
