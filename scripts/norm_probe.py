@@ -30,6 +30,7 @@ tree = sources.cu_src_dir()
 
 
 TWO_PACK_FROM = dict(N.TWO_PACK_FROM)
+BASE_TWO_PACK_FROM = {"layer_norm": 8193, "rms_norm": 8192}  # the forms' switch at c2e0204 (the usual base)
 ALL_NAMES = list(N.SOURCE.names)
 BASE_KERNELS = set()
 if args.base:
@@ -45,7 +46,8 @@ def use(cu_dir):
     N.STAGE_FWD["on"] = S.STAGE_FWD["on"] = N.STAGE_BWD["on"] = S.WIDE_BWD["on"] = cu_dir != "unstaged"
     if hasattr(N, "PIPELINE_BWD"):
         N.PIPELINE_BWD["on"] = cu_dir not in ("nopipe", args.base)
-    N.TWO_PACK_FROM.update({m: 1 << 40 for m in TWO_PACK_FROM} if cu_dir == "onepack" else TWO_PACK_FROM)
+    N.TWO_PACK_FROM.update({m: 1 << 40 for m in TWO_PACK_FROM} if cu_dir == "onepack" else
+                           BASE_TWO_PACK_FROM if cu_dir == args.base else TWO_PACK_FROM)
     if cu_dir in ("unstaged", "nopipe", "onepack"):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
