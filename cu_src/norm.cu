@@ -23,7 +23,8 @@ template <typename T, int PACKS> struct NormBwdMinBlocks { static constexpr int 
 // Launch: 1-D grid of blocks of G * groups threads (<= FwdThreads: 1024, float64 512; G = block when
 // G > 32); block b takes
 // segment b % parts of rows (b / parts) * groups + group + k * (grid / parts) * groups. w / b may be
-// null (no affine), mean / rstd may be null (not saved). n <= parts * packs * G * V.
+// null (no affine), mean / rstd may be null (not saved). n <= parts * packs * G * V. inv_n = 1 / n,
+// rounded by the host (the kernels multiply: an IEEE division is ~10 instructions and a slow path).
 //   layer: y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps), var biased: shifted sums in
 //          one paired reduction, the exact two-pass where they would cancel (see below)
 //   rms:   y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)
@@ -33,8 +34,9 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
                                                   const T* __restrict__ b, typename AccOf<T>::type* __restrict__ mean_out,
                                                   typename AccOf<T>::type* __restrict__ rstd_out, long long rows,
                                                   long long n, long long chunk, int G, int packs, int parts,
-                                                  int aligned, typename AccOf<T>::type eps, int phase,
-                                                  int* sync, typename AccOf<T>::type* slots) {
+                                                  int aligned, typename AccOf<T>::type eps,
+                                                  typename AccOf<T>::type inv_n, int phase, int* sync,
+                                                  typename AccOf<T>::type* slots) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
@@ -53,7 +55,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
   const long long step = nrg * gpb;
   long long row = rg * gpb + gi;
   stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L);
-  const A inv_len = A(1) / A(L.len), inv_n = A(1) / A(n);  // once, not an IEEE division a row
+  const A inv_len = parts == 1 ? inv_n : A(1) / A(L.len);  // the host's 1 / n: no IEEE division a row
   for (; row < rows; row += step) {
     const T* xr = x + row * n + begin;
     P r[MAXP];
@@ -277,8 +279,8 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
                                                   const typename AccOf<T>::type* __restrict__ rstd_in,
                                                   typename AccOf<T>::type* __restrict__ dw_part,
                                                   typename AccOf<T>::type* __restrict__ db_part, long long rows,
-                                                  long long n, long long chunk, int G, int packs, int parts,
-                                                  int aligned, int phase, int* sync,
+                                                  long long n, typename AccOf<T>::type inv_n, long long chunk,
+                                                  int G, int packs, int parts, int aligned, int phase, int* sync,
                                                   typename AccOf<T>::type* slots) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
@@ -333,7 +335,7 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
     }
     opaque<T, MAXP>(rx);
     opaque<T, MAXP>(rd);
-    bwd_write<T, MODE, FROM_OUTPUT, DBS, MAXP>(rx, rd, wb, bb, L, mean, rstd, c1 / A(n), c2 / A(n), dx + off, aw, ab);
+    bwd_write<T, MODE, FROM_OUTPUT, DBS, MAXP>(rx, rd, wb, bb, L, mean, rstd, c1 * inv_n, c2 * inv_n, dx + off, aw, ab);
   }
 
   // Column partials: partial row rg, columns [begin, begin + L.len).
@@ -373,7 +375,8 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
                                                              const typename AccOf<T>::type* __restrict__ rstd_in,
                                                              typename AccOf<T>::type* __restrict__ dw_part,
                                                              typename AccOf<T>::type* __restrict__ db_part,
-                                                             long long rows, long long n, int packs) {
+                                                             long long rows, long long n,
+                                                             typename AccOf<T>::type inv_n, int packs) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int MAXP = 1, K = MAXP * Vec16<T>::N;
@@ -412,7 +415,6 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
     else c2 = block_reduce<SumOp>(c2, scratch);
   }
   int buf = 0;
-  const A inv_n = A(1) / A(n);  // once, not an IEEE division a row (norm_bwd's spill if hoisted)
   for (; row < rows; row += stride) {
     const long long next = row + stride;  // uniform over the block
     P nx[MAXP], nd[MAXP];

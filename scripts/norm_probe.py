@@ -15,6 +15,8 @@ from cupy_kernels.ops import softmax as S
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--base", help="cu_src directory of the baseline kernels")
+ap.add_argument("--base-pkg", help="a whole older checkout (cupy_kernels/ and cu_src/, e.g. `git archive REV | tar -x "
+                                   "-C DIR`), imported under another name: for changes to the host code as well")
 ap.add_argument("--shapes", default="all", help="comma-separated indices into SHAPES")
 ap.add_argument("--stage-ab", action="store_true", help="A/B the staged forward (on: new, off: unstaged)")
 ap.add_argument("--pipe-ab", action="store_true",
@@ -59,7 +61,22 @@ def use(cu_dir):
         src._kernels.clear()
 
 
-variants = ([("new", tree)] + ([("base", args.base)] if args.base else []) + ([("unstaged", "unstaged")] if args.stage_ab else [])
+MODS = {}  # variant -> (norm, softmax) host modules, when not this tree's
+if args.base_pkg:
+    import importlib.util
+    import sys
+
+    root = Path(args.base_pkg).resolve() / "cupy_kernels"
+    spec = importlib.util.spec_from_file_location("ck_base", root / "__init__.py", submodule_search_locations=[str(root)])
+    ck_base = importlib.util.module_from_spec(spec)
+    sys.modules["ck_base"] = ck_base
+    spec.loader.exec_module(ck_base)
+    import ck_base.ops.norm
+    import ck_base.ops.softmax
+
+    MODS["basepkg"] = (ck_base.ops.norm, ck_base.ops.softmax)
+
+variants = ([("new", tree)] + ([("basepkg", tree)] if args.base_pkg else []) + ([("base", args.base)] if args.base else []) + ([("unstaged", "unstaged")] if args.stage_ab else [])
             + ([("nopipe", "nopipe"), ("onepack", "onepack")] if args.pipe_ab else []))
 shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
 for shape, dtype in shapes:
@@ -76,14 +93,16 @@ for shape, dtype in shapes:
     rms_out = torch.nn.functional.rms_norm(xr, (n,), wr, 1e-6)
     y, ly = torch.softmax(x, -1), torch.log_softmax(x, -1)
     yc, lyc = to_cupy(y), to_cupy(ly)
-    ours = {"layer fwd": (lambda: N.norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm"), 2),
-            "rms fwd": (lambda: N.norm_forward_impl(xc, wc, None, 1e-6, "rms_norm"), 2),
-            "layer bwd": (lambda: N.norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm"), 3),
-            "rms bwd": (lambda: N.norm_backward_impl(dyc, xc, wc, None, None, rstd_r, "rms_norm"), 3),
-            "softmax fwd": (lambda: S.softmax_impl(xc, -1, "softmax"), 2),
-            "log_softmax fwd": (lambda: S.softmax_impl(xc, -1, "log_softmax"), 2),
-            "softmax bwd": (lambda: S.softmax_backward_impl(yc, dyc, -1, "softmax"), 3),
-            "log_softmax bwd": (lambda: S.softmax_backward_impl(lyc, dyc, -1, "log_softmax"), 3)}
+    def ours_of(N, S):
+        return {"layer fwd": (lambda: N.norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm"), 2),
+                "rms fwd": (lambda: N.norm_forward_impl(xc, wc, None, 1e-6, "rms_norm"), 2),
+                "layer bwd": (lambda: N.norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm"), 3),
+                "rms bwd": (lambda: N.norm_backward_impl(dyc, xc, wc, None, None, rstd_r, "rms_norm"), 3),
+                "softmax fwd": (lambda: S.softmax_impl(xc, -1, "softmax"), 2),
+                "log_softmax fwd": (lambda: S.softmax_impl(xc, -1, "log_softmax"), 2),
+                "softmax bwd": (lambda: S.softmax_backward_impl(yc, dyc, -1, "softmax"), 3),
+                "log_softmax bwd": (lambda: S.softmax_backward_impl(lyc, dyc, -1, "log_softmax"), 3)}
+    ours = ours_of(N, S)
     theirs = {"layer fwd": lambda: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5),
               "rms fwd": lambda: torch.nn.functional.rms_norm(x, (n,), w, 1e-6),
               "layer bwd": lambda: torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean_t, rstd_t, w, b,
@@ -95,11 +114,12 @@ for shape, dtype in shapes:
               "log_softmax bwd": lambda: torch._log_softmax_backward_data(dy, ly, -1, ly.dtype)}
     label = f"{'x'.join(map(str, shape))} {dtype}"
     for op in args.ops.split(","):
-        fn, k = ours[op]
+        k = ours[op][1]
         res = {}
         for rep in range(2):
             for name, d in variants if rep == 0 else variants[::-1]:
                 use(d)
+                fn = (ours_of(*MODS[name]) if name in MODS else ours)[op][0]
                 res.setdefault(name, []).append(timer(fn))
         use(tree)
         t_torch = timer(theirs[op])

@@ -191,7 +191,7 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                 kernel((p.grid,), (p.threads,),
                        (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
                         np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
-                        rw.ACC_SCALAR[acc](eps), np.int32(phase), sync, slots), shared_mem=smem)
+                        rw.ACC_SCALAR[acc](eps), rw.ACC_SCALAR[acc](1.0 / n), np.int32(phase), sync, slots), shared_mem=smem)
         elif rows and rstd is not None:  # n == 0: mean of nothing, like torch
             rstd.fill(np.nan)
             if mean is not None:
@@ -268,18 +268,19 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
             nrg = p.grid // p.parts
             dw_part = call.empty((nrg, n), acc) if want_w else None
             db_part = call.empty((nrg, n), acc) if want_b and not db_by_reduce else None
+            inv_n = rw.ACC_SCALAR[acc](1.0 / n)  # c1 / n, c2 / n as products: no IEEE division a row
             pipelined = PIPELINE_BWD["on"] and smem and p.threads == 1024 and p.group == p.threads and p.parts == 1
             if pipelined:  # same plan (a resident grid of one-row blocks) and staging as the staged norm_bwd
                 SOURCE.kernel(_pipelined(dtype, mode, from_output))(
                     (p.grid,), (p.threads,),
                     (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
-                     rw.ptr(db_part), np.int64(rows), np.int64(n), np.int32(p.packs)), shared_mem=smem)
+                     rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n, np.int32(p.packs)), shared_mem=smem)
             for phase in () if pipelined else rw.phases(p, counter):
                 last = phase != 1  # the column partials come from the launch that writes dx
                 kernel((p.grid,), (p.threads,),
                        (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"],
                         rw.ptr(dw_part if last else None), rw.ptr(db_part if last else None), np.int64(rows),
-                        np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts),
+                        np.int64(n), inv_n, np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts),
                         np.int32(al), np.int32(phase), sync, slots),
                        shared_mem=smem)
             if db_by_reduce:
