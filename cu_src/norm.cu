@@ -41,7 +41,8 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = FwdPacks<T>::value;
-  __shared__ A scratch[64];
+  __shared__ A scratch_mem[2 * 3 * 32];
+  RowScratch<A, 3> scratch{scratch_mem};  // one barrier a reduction
   const int gpb = blockDim.x / G, gi = threadIdx.x / G;
   const int part = blockIdx.x % parts;
   const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
   long long row = rg * gpb + gi;
   stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L);
   const A inv_len = parts == 1 ? inv_n : A(1) / A(L.len);  // the host's 1 / n: no IEEE division a row
-  for (; row < rows; row += step) {
+  for (; row < rows; row += step, scratch.next_row()) {
     const T* xr = x + row * n + begin;
     P r[MAXP];
     load_row<STAGE, T, MAXP>(r, sx, x, row * n + begin, step * n, row + step < rows, L, 0.f);
@@ -93,7 +94,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
             }
           }
         }
-      row_reduce2<A>(s1, s2, G, mask, scratch);
+      row_reduce2<true>(s1, s2, G, mask, scratch.at(0));  // at(0), at(1)
       A m2 = s2 - s1 * s1 * inv_len;
       const A seg_mean = K + s1 * inv_len;
       if (!(s1 * s1 * inv_len <= A(0.875) * s2)) {  // also NaN: the exact pass propagates it
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
               m2 += d * d;
             }
           }
-        m2 = row_reduce<SumOp>(m2, G, mask, scratch);
+        m2 = row_reduce<SumOp, true>(m2, G, mask, scratch.at(2));
       }
       if (m2 < A(0)) m2 = A(0);  // rounding; NaN stays NaN
       mean = seg_mean;
@@ -121,14 +122,14 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
         // Parallel over the parts, then block reductions in fixed order (as sum_parts).
         A total = A(0);
         for (int q = threadIdx.x; q < parts; q += blockDim.x) total += ld_part(sl + 2 * q) * A(min(chunk, n - q * chunk));
-        mean = block_reduce<SumOp>(total, scratch) * inv_n;
+        mean = block_reduce<SumOp>(total, scratch_mem) * inv_n;  // after the exchange's barrier
         m2 = A(0);
         for (int q = threadIdx.x; q < parts; q += blockDim.x) {
           const A nq = A(min(chunk, n - q * chunk));
           const A dq = ld_part(sl + 2 * q) - mean;
           m2 += ld_part(sl + 2 * q + 1) + nq * dq * dq;
         }
-        m2 = block_reduce<SumOp>(m2, scratch);
+        m2 = block_reduce<SumOp>(m2, scratch_mem);
       }
       rstd = acc_rsqrt<A>(m2 * inv_n + eps);
     } else {
@@ -141,13 +142,13 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
             const A v = elem<A>(r[p], e);
             ss += v * v;
           }
-      ss = row_reduce<SumOp>(ss, G, mask, scratch);
+      ss = row_reduce<SumOp, true>(ss, G, mask, scratch.at(0));
       if (parts > 1) {
         const A mine[1] = {ss};
         const A* sl = row_parts<A, 1>(mine, slots, sync, row, part, parts, phase);
         if (phase == 1) continue;
         A t[1];
-        sum_parts<A, 1>(sl, parts, t, scratch);
+        sum_parts<A, 1>(sl, parts, t, scratch_mem);
         ss = t[0];
       }
       rstd = acc_rsqrt<A>(ss * inv_n + eps);
@@ -322,7 +323,7 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
     const A mean = MODE == LAYER && !FROM_OUTPUT ? mean_in[row] : A(0);
     A c1, c2;
     bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(rx, rd, wb, bb, L, mean, rstd, c1, c2);
-    if (MODE == LAYER) row_reduce2<A>(c1, c2, G, mask, scratch);  // one pair of barriers for both
+    if (MODE == LAYER) row_reduce2(c1, c2, G, mask, scratch);  // one pair of barriers for both
     else c2 = row_reduce<SumOp>(c2, G, mask, scratch);
     if (parts > 1) {
       const A mine[2] = {c1, c2};
@@ -411,7 +412,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
     }
     load_row_pair<true, T, MAXP>(rx, rd, sa, sb, src, dy, row * n, (long long)stride * n, row + stride < rows, L);
     bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(rx, rd, w, b, L, mean, rstd, c1, c2);
-    if (MODE == LAYER) row_reduce2<A>(c1, c2, blockDim.x, 0xffffffffu, scratch);
+    if (MODE == LAYER) row_reduce2(c1, c2, blockDim.x, 0xffffffffu, scratch);
     else c2 = block_reduce<SumOp>(c2, scratch);
   }
   int buf = 0;

@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = FwdPacks<T>::value;
-  __shared__ A scratch[32];
+  __shared__ A scratch_mem[2 * 2 * 32];
+  RowScratch<A, 2> scratch{scratch_mem};  // one barrier a reduction
   const int gpb = blockDim.x / G, gi = threadIdx.x / G;
   const int part = blockIdx.x % parts;
   const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
@@ -55,7 +56,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
   const long long step = nrg * gpb;
   long long row = rg * gpb + gi;
   stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L);
-  for (; row < rows; row += step) {
+  for (; row < rows; row += step, scratch.next_row()) {
     P r[MAXP];
     // -inf: neutral for max and exp-sum
     load_row<STAGE, T, MAXP>(r, sx, x, row * n + begin, step * n, row + step < rows, L, -__int_as_float(0x7f800000));
@@ -65,7 +66,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
       if (p < packs)
 #pragma unroll
         for (int e = 0; e < V; ++e) m = MaxOp::combine(m, elem<A>(r[p], e));
-    m = row_reduce<MaxOp>(m, G, mask, scratch);
+    m = row_reduce<MaxOp, true>(m, G, mask, scratch.at(0));
     opaque<T, MAXP>(r);
     A s = A(0);
 #pragma unroll
@@ -73,12 +74,12 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
       if (p < packs)
 #pragma unroll
         for (int e = 0; e < V; ++e) s += fast_exp<A>(elem<A>(r[p], e) - m);
-    s = row_reduce<SumOp>(s, G, mask, scratch);
+    s = row_reduce<SumOp, true>(s, G, mask, scratch.at(1));
     if (parts > 1) {
       const A mine[2] = {m, s};
       const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
       if (phase == 1) continue;
-      combine_softmax_parts(sl, parts, m, s, scratch);
+      combine_softmax_parts(sl, parts, m, s, scratch_mem);  // after the exchange's barrier
     }
     const A inv = A(1) / s, ls = acc_log<A>(s);
     opaque<T, MAXP>(r);

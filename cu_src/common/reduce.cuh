@@ -60,8 +60,10 @@ __device__ __forceinline__ void group_reduce2(A& a, A& b, int width, unsigned ma
 }
 
 // Whole-block reduction (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
-// Fixed combination order: deterministic. Ends with a barrier so `scratch` may be reused.
-template <typename Op, typename A>
+// Fixed combination order: deterministic. Ends with a barrier so `scratch` may be reused; with ONCE it
+// does not (one barrier instead of two): the caller then alternates scratch buffers so that another
+// barrier comes between this call's reads of `scratch` and the buffer's next write.
+template <typename Op, bool ONCE = false, typename A>
 __device__ __forceinline__ A block_reduce(A v, A* scratch /* >= 32 entries */) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   v = group_reduce<Op>(v, 32);
@@ -69,7 +71,7 @@ __device__ __forceinline__ A block_reduce(A v, A* scratch /* >= 32 entries */) {
   __syncthreads();
   v = lane < warps ? scratch[lane] : Op::template identity<A>();
   v = group_reduce<Op>(v, 32);
-  __syncthreads();
+  if (!ONCE) __syncthreads();
   return v;
 }
 

@@ -269,14 +269,26 @@ __device__ __forceinline__ unsigned group_mask(int G) {
 
 // Reduction over the threads sharing a row segment: a shuffle butterfly for a sub-warp group, the
 // block reduction (two barriers, fixed order) when the group is the block. Every thread gets it.
-template <typename Op, typename A>
+// ONCE: one barrier (block_reduce's ONCE: the caller alternates scratch buffers, see RowScratch).
+template <typename Op, bool ONCE = false, typename A>
 __device__ __forceinline__ A row_reduce(A v, int G, unsigned mask, A* scratch /* 32 */) {
-  return G > 32 ? block_reduce<Op>(v, scratch) : group_reduce<Op>(v, G, mask);
+  return G > 32 ? block_reduce<Op, ONCE>(v, scratch) : group_reduce<Op>(v, G, mask);
 }
 
-// Two sums over the threads sharing a row segment, with one pair of barriers on the block path.
-// scratch: 64 entries.
-template <typename A>
+// Scratch for one-barrier block reductions (ONCE) in a row loop: buffer `at(k)` of the current row, the
+// two sets alternating by row, so that a buffer is written again only after a later barrier (the next
+// row's reduction) has ended every read of it. S sets of 32 entries a row.
+template <typename A, int S>
+struct RowScratch {
+  A* base;
+  int flip = 0;
+  __device__ __forceinline__ A* at(int k) const { return base + flip + 32 * k; }
+  __device__ __forceinline__ void next_row() { flip ^= 32 * S; }
+};
+
+// Two sums over the threads sharing a row segment, with one pair of barriers on the block path (ONCE:
+// one barrier, as row_reduce). scratch: 64 entries.
+template <bool ONCE = false, typename A>
 __device__ __forceinline__ void row_reduce2(A& a, A& b, int G, unsigned mask, A* scratch) {
   if (G <= 32) {
     group_reduce2<A>(a, b, G, mask);
@@ -292,7 +304,7 @@ __device__ __forceinline__ void row_reduce2(A& a, A& b, int G, unsigned mask, A*
   a = lane < warps ? scratch[lane] : A(0);
   b = lane < warps ? scratch[32 + lane] : A(0);
   group_reduce2<A>(a, b, 32);
-  __syncthreads();
+  if (!ONCE) __syncthreads();
 }
 
 // Parts per row the one-launch exchange supports (its shared copy of a row's slots: 2 per part).
@@ -403,7 +415,7 @@ __device__ __forceinline__ void sum_parts(const A* s, int parts, A (&out)[K], A*
 #pragma unroll
     for (int k = 0; k < K; ++k) acc[k] += ld_part(s + q * K + k);
   if (K == 2) {
-    row_reduce2<A>(acc[0], acc[K - 1], blockDim.x, 0xffffffffu, scratch);
+    row_reduce2(acc[0], acc[K - 1], blockDim.x, 0xffffffffu, scratch);
 #pragma unroll
     for (int k = 0; k < K; ++k) out[k] = acc[k];
     return;
