@@ -7,6 +7,7 @@
 // rows its group visits, the block sums its groups in a fixed order and writes one partial row per
 // block; column_sum then adds the partial rows in order. Deterministic.
 #include "common/rows.cuh"
+#include "common/cluster.cuh"
 
 enum { LAYER = 0, RMS = 1 };
 // norm_bwd: PACKS 16-byte packs of each of x and dy per thread. Two for float32 / float64 (8 / 4 elements):
@@ -225,8 +226,34 @@ __device__ __forceinline__ void bwd_sums(const P (&rx)[MAXP], const P (&rd)[MAXP
   if (!FROM_OUTPUT) c2 *= rstd;
 }
 
-// Second pass: dx of the row written to dxr (c1, c2: the row means of g and g * xhat), and this
-// thread's column sums accumulated: aw[p * V + e] += dy * xhat, with DBS ab[...] += dy.
+// Second pass over one pack: o = its dx (c1, c2: the row means of g and g * xhat), and the column sums
+// of its V elements accumulated: aw[e] += dy * xhat, with DBS ab[e] += dy.
+template <typename T, int MODE, int FROM_OUTPUT, bool DBS, typename A = typename AccOf<T>::type,
+          typename P = typename Vec16<T>::type>
+__device__ __forceinline__ void bwd_write_pack(const P& x, const P& d, const P& wp, const P& bp, A mean, A rstd,
+                                               A c1, A c2, P& o, A* aw, A* ab) {
+  constexpr int V = Vec16<T>::N;
+  constexpr int S = sizeof(T) == 2 ? 2 : 1;  // elements converted together (store2)
+#pragma unroll
+  for (int e0 = 0; e0 < V; e0 += S) {
+    A pair[2];
+#pragma unroll
+    for (int h = 0; h < S; ++h) {
+      const int e = e0 + h;
+      const A wv = elem<A>(wp, e), dv = elem<A>(d, e);
+      const A xh = bwd_xhat<MODE, FROM_OUTPUT>(elem<A>(x, e), wv, elem<A>(bp, e), mean, rstd);
+      const A g = dv * wv;
+      pair[h] = rstd * (MODE == LAYER ? g - c1 - xh * c2 : g - xh * c2);
+      aw[e] += dv * xh;
+      if constexpr (DBS) ab[e] += dv;
+    }
+    if (S == 2) store2(&o.v[e0], pair[0], pair[1]);
+    else o.v[e0] = cast<T>(pair[0]);
+  }
+}
+
+// Second pass: dx of the row written to dxr, and this thread's column sums in registers: aw[p * V + e],
+// with DBS ab[p * V + e].
 template <typename T, int MODE, int FROM_OUTPUT, bool DBS, int MAXP, int K, int KB,
           typename A = typename AccOf<T>::type, typename P = typename Vec16<T>::type>
 __device__ __forceinline__ void bwd_write(const P (&rx)[MAXP], const P (&rd)[MAXP], const T* wb, const T* bb,
@@ -238,23 +265,8 @@ __device__ __forceinline__ void bwd_write(const P (&rx)[MAXP], const P (&rd)[MAX
     if (p < L.packs) {
       const P wp = column_pack<T, true>(wb, p, L, 1.f), bp = column_pack<T, true>(bb, p, L, 0.f);
       P o;
-      constexpr int S = sizeof(T) == 2 ? 2 : 1;  // elements converted together (store2)
-#pragma unroll
-      for (int e0 = 0; e0 < V; e0 += S) {
-        A pair[2];
-#pragma unroll
-        for (int h = 0; h < S; ++h) {
-          const int e = e0 + h;
-          const A wv = elem<A>(wp, e), d = elem<A>(rd[p], e);
-          const A xh = bwd_xhat<MODE, FROM_OUTPUT>(elem<A>(rx[p], e), wv, elem<A>(bp, e), mean, rstd);
-          const A g = d * wv;
-          pair[h] = rstd * (MODE == LAYER ? g - c1 - xh * c2 : g - xh * c2);
-          aw[p * V + e] += d * xh;
-          if (DBS) ab[(p * V + e) % KB] += d;
-        }
-        if (S == 2) store2(&o.v[e0], pair[0], pair[1]);
-        else o.v[e0] = cast<T>(pair[0]);
-      }
+      bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(rx[p], rd[p], wp, bp, mean, rstd, c1, c2, o, aw + p * V,
+                                                DBS ? ab + p * V : ab);
       store_pack<T>(dxr, o, p, L);
     }
   }
@@ -310,11 +322,7 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
   P* const sa = reinterpret_cast<P*>(dyn_smem);
   P* const sb = sa + packs * blockDim.x;
   long long row = rg * gpb + gi;
-  if (STAGE && row < rows) {
-    stage_packs<T, MAXP>(sa, src + row * n + begin, L);
-    stage_packs<T, MAXP>(sb, dy + row * n + begin, L);
-    cp_async_commit();
-  }
+  if (STAGE) stage_first_pair<T, MAXP>(sa, sb, src, dy, row * n + begin, row < rows, L);
   for (; row < rows; row += stride) {
     const long long off = row * n + begin;
     P rx[MAXP], rd[MAXP];  // zero dy past the end: no contribution anywhere
@@ -400,10 +408,8 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
   // Row `row` (being written): inputs, statistics, sums; row + stride's statistics loaded one row ahead.
   P rx[MAXP], rd[MAXP];
   A mean = A(0), rstd = A(0), c1 = A(0), c2 = A(0), mean_n = A(0), rstd_n = A(0);
+  stage_first_pair<T, MAXP>(sa, sb, src, dy, row * n, row < rows, L);
   if (row < rows) {
-    stage_packs<T, MAXP>(sa, src + row * n, L);
-    stage_packs<T, MAXP>(sb, dy + row * n, L);
-    cp_async_commit();
     rstd = rstd_in[row];
     if (USES_MEAN) mean = mean_in[row];
     if (row + stride < rows) {
@@ -459,6 +465,118 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
   }
   if (dw_part) store_column_sums<T, MAXP>(dw_part + blockIdx.x * n, aw, L);
   if (DBS && db_part) store_column_sums<T, MAXP>(db_part + blockIdx.x * n, ab, L);
+}
+
+// Half-type rows too long for norm_bwd_pipelined's registers (8193..32768 elements): the row over a cluster
+// of CL CTAs (CL = 1: one block; CL = 2: sm_90 clusters, the row's sums exchanged through distributed shared
+// memory instead of global memory), PACKS = 2 packs of x and dy per thread (16 elements), and the dweight /
+// dbias column sums in shared memory instead of registers (16 more elements a thread without spilling).
+// Per row: one barrier (the cluster's when CL > 1) between the warps' partial sums and their total, which
+// every warp adds up itself in CTA-rank order (the same total in every CTA: deterministic).
+// Launch: grid = CL * row groups (resident), clusters of CL along x, blockDim.x <= 1024 threads (a multiple of
+// 32); CTA rank r of cluster c takes columns [r * chunk, min(n, (r + 1) * chunk)) of rows c, c + groups, ...,
+// packs <= 2 per thread (chunk <= 16 * blockDim.x), aligned rows. Dynamic shared memory, in 16-byte slots:
+// 2 * packs * blockDim.x of dweight sums (float4 [2 * p + h][thread]: conflict-free), as many of dbias sums
+// (layer), then the next row's src and dy staged (packs * blockDim.x each). Cluster c writes partial row c.
+template <typename T, int MODE, int FROM_OUTPUT, int CL>
+__global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
+                                                          const T* __restrict__ w, const T* __restrict__ b,
+                                                          const float* __restrict__ mean_in,
+                                                          const float* __restrict__ rstd_in,
+                                                          float* __restrict__ dw_part, float* __restrict__ db_part,
+                                                          long long rows, long long n, float inv_n, long long chunk,
+                                                          int packs) {
+  static_assert(sizeof(T) == 2, "half types");
+  typedef float A;
+  typedef typename Vec16<T>::type P;
+  constexpr int V = Vec16<T>::N, MAXP = 2;
+  constexpr bool DBS = MODE == LAYER, USES_MEAN = MODE == LAYER && !FROM_OUTPUT;
+  __shared__ A sums[2][2][32];  // the warps' (c1, c2) of the row, two sets alternating by row
+  extern __shared__ int4 dyn_smem[];
+  const unsigned rank = CL > 1 ? cluster_rank() : 0;
+  const long long groups = gridDim.x / CL, group = blockIdx.x / CL;
+  const long long begin = rank * chunk;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true};
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int slots = 2 * packs * blockDim.x;  // float4 accumulators of one kind
+  float4* const accw = reinterpret_cast<float4*>(dyn_smem);
+  float4* const accb = accw + slots;
+  P* const sa = reinterpret_cast<P*>(accb + (DBS ? slots : 0));
+  P* const sb = sa + packs * blockDim.x;
+  for (int k = threadIdx.x; k < (DBS ? 2 : 1) * slots; k += blockDim.x) accw[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const T* wb = w ? w + begin : nullptr;
+  const T* bb = b ? b + begin : nullptr;
+  long long row = group;
+  stage_first_pair<T, MAXP>(sa, sb, src, dy, row * n + begin, row < rows, L);
+  int set = 0;
+  for (; row < rows; row += groups, set ^= 1) {
+    const long long off = row * n + begin;
+    P rx[MAXP], rd[MAXP];
+    load_row_pair<true, T, MAXP>(rx, rd, sa, sb, src, dy, off, groups * n, row + groups < rows, L);
+    const A rstd = rstd_in[row];
+    const A mean = USES_MEAN ? mean_in[row] : A(0);
+    A c1, c2;
+    bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(rx, rd, wb, bb, L, mean, rstd, c1, c2);
+    if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
+    else c2 = group_reduce<SumOp>(c2, 32);
+    if (lane == 0) {
+      sums[set][0][warp] = c1;
+      sums[set][1][warp] = c2;
+    }
+    if (CL > 1) cluster_sync_all();  // also a barrier of this CTA
+    else __syncthreads();
+    c1 = c2 = A(0);
+    if (lane < warps) {
+#pragma unroll
+      for (int r = 0; r < CL; ++r) {  // rank order
+        if (MODE == LAYER) c1 += CL > 1 ? ld_shared_cluster(&sums[set][0][lane], r) : sums[set][0][lane];
+        c2 += CL > 1 ? ld_shared_cluster(&sums[set][1][lane], r) : sums[set][1][lane];
+      }
+    }
+    if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
+    else c2 = group_reduce<SumOp>(c2, 32);
+    opaque<T, MAXP>(rx);
+    opaque<T, MAXP>(rd);
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p) {
+      if (p < packs) {
+        const int s0 = 2 * p * blockDim.x + threadIdx.x, s1 = s0 + blockDim.x;
+        float4 w0 = accw[s0], w1 = accw[s1], b0, b1;
+        A aw[V] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w}, ab[V];
+        if (DBS) {
+          b0 = accb[s0];
+          b1 = accb[s1];
+          const A t[V] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+          for (int e = 0; e < V; ++e) ab[e] = t[e];
+        }
+        const P wp = column_pack<T, true>(wb, p, L, 1.f), bp = column_pack<T, true>(bb, p, L, 0.f);
+        P o;
+        bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(rx[p], rd[p], wp, bp, mean, rstd, c1 * inv_n, c2 * inv_n, o, aw, ab);
+        store_pack<T>(dx + off, o, p, L);
+        accw[s0] = make_float4(aw[0], aw[1], aw[2], aw[3]);
+        accw[s1] = make_float4(aw[4], aw[5], aw[6], aw[7]);
+        if (DBS) {
+          accb[s0] = make_float4(ab[0], ab[1], ab[2], ab[3]);
+          accb[s1] = make_float4(ab[4], ab[5], ab[6], ab[7]);
+        }
+      }
+    }
+  }
+  if (CL > 1) cluster_sync_all();  // the peers' last reads of `sums` are done before this CTA exits
+  // Partial row `group`, columns [begin, begin + L.len): each thread its own slots (no barrier needed).
+  for (int k = 0; k < (DBS ? 2 : 1); ++k) {
+    float* out = k == 0 ? dw_part : db_part;
+    if (out == nullptr) continue;
+    const float4* acc = k == 0 ? accw : accb;
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p)
+      if (p < packs && L.at(p) < L.len) {
+        float4* o = reinterpret_cast<float4*>(out + group * n + begin + L.at(p));
+        o[0] = acc[2 * p * blockDim.x + threadIdx.x];
+        o[1] = acc[(2 * p + 1) * blockDim.x + threadIdx.x];
+      }
+  }
 }
 
 // dweight / dbias from the partial rows: out[col] = sum over r partial rows. Thread (x, y) of a

@@ -135,11 +135,7 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
   P* const sd = sy + packs * blockDim.x;
   const int step = nrg * gpb;  // 32 bits (plan() caps grid * gpb at 2^30): the 64-bit product spilled
   long long row = rg * gpb + gi;
-  if (STAGE && row < rows) {
-    stage_packs<T, MAXP>(sy, y + row * n + begin, L);
-    stage_packs<T, MAXP>(sd, dy + row * n + begin, L);
-    cp_async_commit();
-  }
+  if (STAGE) stage_first_pair<T, MAXP>(sy, sd, y, dy, row * n + begin, row < rows, L);
   for (; row < rows; row += step) {
     const long long off = row * n + begin;
     P ry[MAXP], rd[MAXP];

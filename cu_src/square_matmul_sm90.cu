@@ -4,6 +4,7 @@
 // Compiled with -arch=sm_90a (the host loads this file only on compute capability 9.0 devices); on any
 // other target the kernel bodies are empty.
 #include "square_matmul.cu"
+#include "common/cluster.cuh"
 
 namespace sqmm90 {
 using namespace sqmm;
@@ -234,14 +235,6 @@ __device__ __forceinline__ void tma_load_multicast(unsigned dst, const TmaMap& m
 __device__ __forceinline__ void mbar_arrive_cta(unsigned bar, unsigned cta) {
   asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n"
                ::"r"(bar), "r"(cta) : "memory");
-}
-__device__ __forceinline__ void cluster_sync_all() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
 }
 // A stage's empty barrier at `bar` (this CTA's offset): CL > 1 arrives on it in every CTA of the cluster (this
 // CTA's consumers are done with their copy of the stage, which the peers' multicasts also fill).

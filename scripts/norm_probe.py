@@ -22,6 +22,9 @@ ap.add_argument("--stage-ab", action="store_true", help="A/B the staged forward 
 ap.add_argument("--pipe-ab", action="store_true",
                 help="also time the backward with norm_bwd_pipelined off (nopipe) and with the one-pack form on "
                      "every length (onepack)")
+ap.add_argument("--shared-ab", action="store_true",
+                help="also time the backward with norm_bwd_shared off (noshared), on every half-type length "
+                     "(sharedall) and in CTAs of at most 512 threads (shared512)")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
 
@@ -32,6 +35,7 @@ tree = sources.cu_src_dir()
 
 
 TWO_PACK_FROM = dict(N.TWO_PACK_FROM)
+SHARED_FROM = N.SHARED_BWD["from"] if hasattr(N, "SHARED_BWD") else None
 BASE_TWO_PACK_FROM = {"layer_norm": 8193, "rms_norm": 8192}  # the forms' switch at c2e0204 (the usual base)
 ALL_NAMES = list(N.SOURCE.names)
 BASE_KERNELS = set()
@@ -50,7 +54,10 @@ def use(cu_dir):
         N.PIPELINE_BWD["on"] = cu_dir not in ("nopipe", args.base)
     N.TWO_PACK_FROM.update({m: 1 << 40 for m in TWO_PACK_FROM} if cu_dir == "onepack" else
                            BASE_TWO_PACK_FROM if cu_dir == args.base else TWO_PACK_FROM)
-    if cu_dir in ("unstaged", "nopipe", "onepack"):
+    if hasattr(N, "SHARED_BWD"):
+        N.SHARED_BWD["from"] = 0 if cu_dir == "sharedall" else 1 << 40 if cu_dir == "noshared" else SHARED_FROM
+        N.SHARED_BWD["threads"] = 512 if cu_dir == "shared512" else 1024
+    if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared512", "noshared"):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
     sources.read_source.cache_clear()
@@ -77,7 +84,8 @@ if args.base_pkg:
     MODS["basepkg"] = (ck_base.ops.norm, ck_base.ops.softmax)
 
 variants = ([("new", tree)] + ([("basepkg", tree)] if args.base_pkg else []) + ([("base", args.base)] if args.base else []) + ([("unstaged", "unstaged")] if args.stage_ab else [])
-            + ([("nopipe", "nopipe"), ("onepack", "onepack")] if args.pipe_ab else []))
+            + ([("nopipe", "nopipe"), ("onepack", "onepack")] if args.pipe_ab else [])
+            + ([(v, v) for v in ("noshared", "sharedall", "shared512")] if args.shared_ab else []))
 shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
 for shape, dtype in shapes:
     (x, xc), (dy, dyc) = tensors(shape, dtype, 2)

@@ -177,40 +177,46 @@ def test_forward_staged_rows(mode):
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_staged_rows(mode):
     """The half-type backward forms: one pack per thread (1024-thread blocks), staged (next row's x or y
-    and dy in shared memory) and not, pipelined (two rows in flight, one block per row) and not, and two
+    and dy in shared memory) and not, pipelined (two rows in flight, one block per row) and not, two
     packs per thread (512-thread blocks; layer_norm's dbias from the kernel or from a column sum of dy),
-    each on every length: resident grids looping over several rows per block (and blocks with no row),
-    one-block and multi-block rows and their edges, a block's threads past the row end, from x and from
-    the output; dx, dweight, dbias against the reference."""
+    and norm_bwd_shared (column sums in shared memory; one CTA or a cluster of two per row), each on
+    every length: resident grids looping over several rows per block (and blocks with no row), one-block
+    and multi-block rows and their edges, a block's threads past the row end, a cluster's second CTA with
+    a shorter segment, from x and from the output; dx, dweight, dbias against the reference."""
     from cupy_kernels.ops import norm as N
 
     for dtype, n, rows in (("bfloat16", 8192, 300), ("float16", 8184, 280), ("bfloat16", 32768, 140),
-                           ("float16", 20000, 150), ("float16", 4104, 290), ("bfloat16", 6000, 3)):
+                           ("float16", 20000, 150), ("float16", 4104, 290), ("bfloat16", 6000, 3),
+                           ("bfloat16", 16392, 70), ("float16", 16384, 40), ("float16", 40000, 30)):
         x, xv = make((rows, n), dtype, 2.0, 0.5)
         w, b, wv, bv = affine(n, dtype, mode)
         dy, dyv = make((rows, n), dtype)
         y, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
         rdx, rdw, rdb = ref_backward(xv, wv, bv, dyv, 1e-5, mode)
         tol = 3 * TOL[dtype]
-        saved = dict(N.TWO_PACK_FROM)
-        for on, two_pack_from, db_by_reduce, pipelined in (
-                (True, None, True, True), (True, None, True, False), (True, 1 << 40, True, True),
-                (False, None, True, True), (False, 0, True, True), (False, 0, False, True),
-                (False, 1 << 40, True, True)):
+        saved, saved_shared = dict(N.TWO_PACK_FROM), N.SHARED_BWD["from"]
+        for on, two_pack_from, db_by_reduce, pipelined, shared_from, threads in (
+                (True, None, True, True, None, 0), (True, None, True, False, None, 0),
+                (True, 1 << 40, True, True, None, 0), (False, None, True, True, None, 0),
+                (False, 0, True, True, None, 0), (False, 0, False, True, None, 0), (False, 1 << 40, True, True, None, 0),
+                (True, None, True, True, 8193, 1024), (True, None, True, True, 0, 1024), (True, None, True, True, 0, 512)):
             N.STAGE_BWD["on"], N.DB_BY_REDUCE["on"], N.PIPELINE_BWD["on"] = on, db_by_reduce, pipelined
+            N.SHARED_BWD["on"] = shared_from is not None  # on: norm_bwd_shared from that length, CTAs <= threads
+            N.SHARED_BWD["from"], N.SHARED_BWD["threads"] = shared_from or 0, threads or 1024
             if two_pack_from is not None:  # either half-type form on every length
                 N.TWO_PACK_FROM.update({m: two_pack_from for m in N.TWO_PACK_FROM})
             try:
                 for src, from_output in ((x, False), (y, True)):
                     dx, dw, db = norm_backward_impl(dy, src, w, b, None if from_output else mean, rstd, mode,
                                                     from_output=from_output)
-                    what = (dtype, n, on, two_pack_from, db_by_reduce, pipelined, from_output)
+                    what = (dtype, n, on, two_pack_from, db_by_reduce, pipelined, shared_from, from_output)
                     assert dx_err(dx, rdx, xv, wv, dyv, 1e-5, mode) <= 2 * tol, what  # from y: y's rounding
                     assert rel_err(dw, rdw) <= 2 * tol, what
                     if mode == "layer_norm":
                         assert rel_err(db, rdb) <= tol, what
             finally:
-                N.STAGE_BWD["on"] = N.DB_BY_REDUCE["on"] = N.PIPELINE_BWD["on"] = True
+                N.STAGE_BWD["on"] = N.DB_BY_REDUCE["on"] = N.PIPELINE_BWD["on"] = N.SHARED_BWD["on"] = True
+                N.SHARED_BWD["from"], N.SHARED_BWD["threads"] = saved_shared, 1024
                 N.TWO_PACK_FROM.update(saved)
 
 

@@ -157,6 +157,18 @@ __device__ __forceinline__ void stage_first(typename Vec16<T>::type* s, const T*
   }
 }
 
+// The same for a backward row's two inputs (x or y, and dy) into the slots sa / sb, one copy group.
+template <typename T, int MAXP>
+__device__ __forceinline__ void stage_first_pair(typename Vec16<T>::type* sa, typename Vec16<T>::type* sb,
+                                                 const T* a, const T* b, long long off, bool any,
+                                                 const RowLayout<T>& L) {
+  if (any) {
+    stage_packs<T, MAXP>(sa, a + off, L);
+    stage_packs<T, MAXP>(sb, b + off, L);
+    cp_async_commit();
+  }
+}
+
 // One input row at `off` into registers (past-the-end elements `fill`). STAGE: from the shared slots s
 // (filled by stage_packs for this row), and with has_next the row at off + step is copied in behind it.
 template <bool STAGE, typename T, int MAXP>

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._runtime import (CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, is_cupy, is_torch)
+from .._runtime import (CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, is_cupy, is_torch, launch,
+                        resident_blocks, use_shared_memory)
+from .._runtime.tma import max_active_clusters
 from . import _rowwise as rw
+from ._rowwise import next_pow2
 
 SOURCE = KernelSource("norm.cu")
 MODES = {"layer_norm": 0, "rms_norm": 1}
@@ -94,6 +97,36 @@ def _pipelined(dtype, mode, from_output):
     return f"norm_bwd_pipelined<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}>"
 
 
+# Aligned half-type backward rows from SHARED_BWD["from"] elements take norm_bwd_shared: 16 elements of x and
+# dy a thread (CTAs of up to SHARED_BWD["threads"]), the dweight / dbias column sums in shared memory rather
+# than registers, one CTA per row (up to 16384 elements), or on compute capability 9.0 a cluster of 2 or 4
+# CTAs whose sums meet in distributed shared memory (up to 65536); longer rows keep the register forms. Measured against the register forms (H200, us): layer 8192² bf16 177.5 ->
+# 132.9, 1024x32768 145.0 -> 107.8, 32768x1024 f16 76.8 -> 68.8; rms 118.8 -> 111.5, 110.9 -> 81.2,
+# 68.1 -> 58.8 (benchmarks/notes.md). The switches are for the ladder, the probes and the tests.
+SHARED_BWD = {"on": True, "from": 1024, "threads": 1024}
+SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CL instances
+
+
+def _shared(dtype, mode, from_output, cl):
+    return f"norm_bwd_shared<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}>"
+
+
+def shared_plan(n: int, dtype: str, mode: str, cc: int):
+    """(cluster CTAs, threads, packs, chunk, dynamic shared bytes) of norm_bwd_shared for rows of n
+    elements, or None where it does not apply (not a half type, or too long for this device)."""
+    V = rw.vec(dtype)
+    per_cta = SHARED_BWD["threads"] * 2 * V
+    cl = next_pow2(ceil_div(n, per_cta))
+    if rw.ITEMSIZE[dtype] != 2 or cl not in SHARED_CLUSTERS or (cl > 1 and cc < 90):
+        return None
+    chunk = ceil_div(ceil_div(n, cl), V) * V
+    P = chunk // V
+    threads = min(SHARED_BWD["threads"], ceil_div(ceil_div(P, 2), 32) * 32)
+    packs = ceil_div(P, threads)
+    sums = 2 if mode == "layer_norm" else 1  # dweight (and dbias) float4 slots: 2 per pack per thread
+    return cl, threads, packs, chunk, (2 * sums + 2) * packs * threads * 16
+
+
 def _colsum(dtype):
     return f"column_sum<{CTYPES[dtype]}>"
 
@@ -105,6 +138,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                   for st in (False, True)]
                + [_bwd(t, "layer_norm", f, False, 2, db=False) for t in ("float16", "bfloat16") for f in (0, 1)]
                + [_pipelined(t, m, f) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)]
+               + [_shared(t, m, f, cl) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
+                  for cl in SHARED_CLUSTERS]
                + [_colsum(t) for t in FLOAT_DTYPES])
 
 
@@ -239,9 +274,26 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
         want_b = need_db and b is not None
         dw = call.empty((n,), dtype) if want_w else None
         db = call.empty((n,), dtype) if want_b else None
-        if rows and n:
+        inv_n = rw.ACC_SCALAR[acc](1.0 / n) if n else None  # c1 / n, c2 / n as products: no IEEE division a row
+        al = 0 if variant == "scalar" or not n else rw.aligned(n, dtype, s2, d2, dx2, w, b)
+        shared = (rows and al and variant == "auto" and SHARED_BWD["on"] and n >= SHARED_BWD["from"]
+                  and shared_plan(n, dtype, mode, current().cc))
+        if shared:
+            cl, threads, spacks, chunk, smem = shared
+            name = _shared(dtype, mode, from_output, cl)
+            kernel = SOURCE.kernel(name)
+            use_shared_memory(kernel, smem, name)
+            groups = min(rows, resident_blocks(kernel, threads, smem) if cl == 1 else
+                         max_active_clusters(kernel, threads, smem, cl))
+            db_by_reduce, nrg = False, groups
+            dw_part = call.empty((nrg, n), acc) if want_w else None
+            db_part = call.empty((nrg, n), acc) if want_b else None
+            launch(kernel, cl * groups, threads,
+                   (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
+                    rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n, np.int64(chunk), np.int32(spacks)),
+                   shared_mem=smem, cluster=cl)
+        elif rows and n:
             packs = bwd_packs(dtype, mode, n)
-            al = 0 if variant == "scalar" else rw.aligned(n, dtype, s2, d2, dx2, w, b)
             args = dict(force=variant if variant == "block" else None, min_blocks=bwd_min_blocks(dtype, packs),
                         long_rows="exchange" if variant == "counter" else
                         variant if variant in ("split", "exchange") else None)
@@ -268,7 +320,6 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
             nrg = p.grid // p.parts
             dw_part = call.empty((nrg, n), acc) if want_w else None
             db_part = call.empty((nrg, n), acc) if want_b and not db_by_reduce else None
-            inv_n = rw.ACC_SCALAR[acc](1.0 / n)  # c1 / n, c2 / n as products: no IEEE division a row
             pipelined = PIPELINE_BWD["on"] and smem and p.threads == 1024 and p.group == p.threads and p.parts == 1
             if pipelined:  # same plan (a resident grid of one-row blocks) and staging as the staged norm_bwd
                 SOURCE.kernel(_pipelined(dtype, mode, from_output))(
@@ -287,6 +338,7 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                 from .reduce import reduce_impl
 
                 reduce_impl("sum", d2, axis=0, out=db)  # float sums in a fixed order: deterministic
+        if rows and n:
             if want_w or (want_b and not db_by_reduce):
                 SOURCE.kernel(_colsum(dtype))(
                     (ceil_div(n, 32), 2), (32, 32),
