@@ -201,6 +201,22 @@ __device__ __forceinline__ A bwd_xhat(A v, A wv, A bv, A mean, A rstd) {
   return (v - mean) * rstd;
 }
 
+// First pass over one pack, added to this thread's share: c1 += sum(g), c2 += sum(g * xhat) (from x:
+// sum(g * (x - mean)), times rstd by the caller), g = dy * w.
+template <typename T, int MODE, int FROM_OUTPUT, typename A = typename AccOf<T>::type,
+          typename P = typename Vec16<T>::type>
+__device__ __forceinline__ void bwd_sums_pack(const P& x, const P& d, const P& wp, const P& bp, A mean, A rstd, A& c1,
+                                              A& c2) {
+#pragma unroll
+  for (int e = 0; e < Vec16<T>::N; ++e) {
+    const A wv = elem<A>(wp, e);
+    const A g = elem<A>(d, e) * wv;
+    c1 += g;
+    c2 += g * (FROM_OUTPUT ? bwd_xhat<MODE, FROM_OUTPUT>(elem<A>(x, e), wv, elem<A>(bp, e), mean, rstd)
+                           : elem<A>(x, e) - mean);
+  }
+}
+
 // First pass, this thread's share: c1 = sum(g), c2 = sum(g * xhat), g = dy * w.
 template <typename T, int MODE, int FROM_OUTPUT, int MAXP, typename A = typename AccOf<T>::type,
           typename P = typename Vec16<T>::type>
@@ -212,15 +228,7 @@ __device__ __forceinline__ void bwd_sums(const P (&rx)[MAXP], const P (&rd)[MAXP
   for (int p = 0; p < MAXP; ++p) {
     if (p < L.packs) {
       const P wp = column_pack<T>(wb, p, L, 1.f), bp = column_pack<T>(bb, p, L, 0.f);
-#pragma unroll
-      for (int e = 0; e < L.V; ++e) {
-        const A wv = elem<A>(wp, e);
-        const A g = elem<A>(rd[p], e) * wv;
-        c1 += g;
-        // from x: sum(g * (x - mean)) here, times rstd once below
-        c2 += g * (FROM_OUTPUT ? bwd_xhat<MODE, FROM_OUTPUT>(elem<A>(rx[p], e), wv, elem<A>(bp, e), mean, rstd)
-                               : elem<A>(rx[p], e) - mean);
-      }
+      bwd_sums_pack<T, MODE, FROM_OUTPUT>(rx[p], rd[p], wp, bp, mean, rstd, c1, c2);
     }
   }
   if (!FROM_OUTPUT) c2 *= rstd;
@@ -477,7 +485,8 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
 // 32); CTA rank r of cluster c takes columns [r * chunk, min(n, (r + 1) * chunk)) of rows c, c + groups, ...,
 // packs <= 2 per thread (chunk <= 16 * blockDim.x), aligned rows. Dynamic shared memory, in 16-byte slots:
 // 2 * packs * blockDim.x of dweight sums (float4 [2 * p + h][thread]: conflict-free), as many of dbias sums
-// (layer), then the next row's src and dy staged (packs * blockDim.x each). Cluster c writes partial row c.
+// (layer), then the weight's packs and the next row's src and dy staged (packs * blockDim.x 16-byte slots
+// each). Cluster c writes partial row c.
 template <typename T, int MODE, int FROM_OUTPUT, int CL>
 __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                           const T* __restrict__ w, const T* __restrict__ b,
@@ -501,22 +510,38 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
   const int slots = 2 * packs * blockDim.x;  // float4 accumulators of one kind
   float4* const accw = reinterpret_cast<float4*>(dyn_smem);
   float4* const accb = accw + slots;
-  P* const sa = reinterpret_cast<P*>(accb + (DBS ? slots : 0));
+  P* const ws = reinterpret_cast<P*>(accb + (DBS ? slots : 0));  // the weight's packs: no L2 trip a row
+  P* const sa = ws + packs * blockDim.x;
   P* const sb = sa + packs * blockDim.x;
   for (int k = threadIdx.x; k < (DBS ? 2 : 1) * slots; k += blockDim.x) accw[k] = make_float4(0.f, 0.f, 0.f, 0.f);
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p)
+    if (p < packs) ws[p * blockDim.x + threadIdx.x] = column_pack<T>(wb, p, L, 1.f);  // this thread's slots only
   long long row = group;
   stage_first_pair<T, MAXP>(sa, sb, src, dy, row * n + begin, row < rows, L);
+  // From x, the row's statistics are loaded one row ahead (a dependent L2 trip before the first pass
+  // otherwise); from the output (bias packs, divisions) that register spilled.
+  constexpr bool AHEAD = !FROM_OUTPUT;
+  A rstd_next = AHEAD && row < rows ? rstd_in[row] : A(0), mean_next = USES_MEAN && row < rows ? mean_in[row] : A(0);
   int set = 0;
   for (; row < rows; row += groups, set ^= 1) {
     const long long off = row * n + begin;
     P rx[MAXP], rd[MAXP];
     load_row_pair<true, T, MAXP>(rx, rd, sa, sb, src, dy, off, groups * n, row + groups < rows, L);
-    const A rstd = rstd_in[row];
-    const A mean = USES_MEAN ? mean_in[row] : A(0);
-    A c1, c2;
-    bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(rx, rd, wb, bb, L, mean, rstd, c1, c2);
+    const A rstd = AHEAD ? rstd_next : rstd_in[row], mean = mean_next;
+    if (AHEAD && row + groups < rows) {
+      rstd_next = rstd_in[row + groups];
+      if (USES_MEAN) mean_next = mean_in[row + groups];
+    }
+    A c1 = A(0), c2 = A(0);
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p)
+      if (p < packs)
+        bwd_sums_pack<T, MODE, FROM_OUTPUT>(rx[p], rd[p], ws[p * blockDim.x + threadIdx.x], column_pack<T>(bb, p, L, 0.f),
+                                            mean, rstd, c1, c2);
+    if (!FROM_OUTPUT) c2 *= rstd;
     if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
     else c2 = group_reduce<SumOp>(c2, 32);
     if (lane == 0) {
@@ -550,9 +575,9 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
 #pragma unroll
           for (int e = 0; e < V; ++e) ab[e] = t[e];
         }
-        const P wp = column_pack<T, true>(wb, p, L, 1.f), bp = column_pack<T, true>(bb, p, L, 0.f);
         P o;
-        bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(rx[p], rd[p], wp, bp, mean, rstd, c1 * inv_n, c2 * inv_n, o, aw, ab);
+        bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(rx[p], rd[p], ws[p * blockDim.x + threadIdx.x],
+                                                  column_pack<T, true>(bb, p, L, 0.f), mean, rstd, c1 * inv_n, c2 * inv_n, o, aw, ab);
         store_pack<T>(dx + off, o, p, L);
         accw[s0] = make_float4(aw[0], aw[1], aw[2], aw[3]);
         accw[s1] = make_float4(aw[4], aw[5], aw[6], aw[7]);

@@ -124,7 +124,7 @@ def shared_plan(n: int, dtype: str, mode: str, cc: int):
     threads = min(SHARED_BWD["threads"], ceil_div(ceil_div(P, 2), 32) * 32)
     packs = ceil_div(P, threads)
     sums = 2 if mode == "layer_norm" else 1  # dweight (and dbias) float4 slots: 2 per pack per thread
-    return cl, threads, packs, chunk, (2 * sums + 2) * packs * threads * 16
+    return cl, threads, packs, chunk, (2 * sums + 3) * packs * threads * 16  # + weight, next row's x and dy
 
 
 def _colsum(dtype):
