@@ -298,10 +298,15 @@ def test_inplace_forward_and_backward_from_output(mode, dtype):
 
 
 @gpu
-def test_dweight_is_deterministic():
-    x, _ = make((3000, 700), "float32")
-    w, b, _, _ = affine(700, "float32", "layer_norm")
-    dy, _ = make((3000, 700), "float32")
+@pytest.mark.parametrize("dtype, shape", [("float32", (3000, 700)), ("bfloat16", (3000, 2048)),
+                                          ("float16", (300, 32768))])
+def test_dweight_is_deterministic(dtype, shape):
+    """The register forms (column_sum) and norm_bwd_shared (its in-kernel column sums, one CTA or a
+    cluster per row): bit-identical dweight / dbias from run to run."""
+    n = shape[1]
+    x, _ = make(shape, dtype)
+    w, b, _, _ = affine(n, dtype, "layer_norm")
+    dy, _ = make(shape, dtype)
     _, mean, rstd = norm_forward_impl(x, w, b, 1e-5, "layer_norm")
     first = [to_f64(a) for a in norm_backward_impl(dy, x, w, b, mean, rstd)]
     for _ in range(3):
