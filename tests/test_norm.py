@@ -194,7 +194,7 @@ def test_backward_staged_rows(mode):
         y, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
         rdx, rdw, rdb = ref_backward(xv, wv, bv, dyv, 1e-5, mode)
         tol = 3 * TOL[dtype]
-        saved, saved_shared = dict(N.TWO_PACK_FROM), N.SHARED_BWD["from"]
+        saved, saved_shared = dict(N.TWO_PACK_FROM), dict(N.SHARED_BWD)
         for on, two_pack_from, db_by_reduce, pipelined, shared_from, threads in (
                 (True, None, True, True, None, 0), (True, None, True, False, None, 0),
                 (True, 1 << 40, True, True, None, 0), (False, None, True, True, None, 0),
@@ -202,21 +202,21 @@ def test_backward_staged_rows(mode):
                 (True, None, True, True, 8193, 1024), (True, None, True, True, 0, 1024), (True, None, True, True, 0, 512)):
             N.STAGE_BWD["on"], N.DB_BY_REDUCE["on"], N.PIPELINE_BWD["on"] = on, db_by_reduce, pipelined
             N.SHARED_BWD["on"] = shared_from is not None  # on: norm_bwd_shared from that length, CTAs <= threads
-            N.SHARED_BWD["from"], N.SHARED_BWD["threads"] = shared_from or 0, threads or 1024
+            N.SHARED_BWD["from"], N.SHARED_BWD["threads"] = shared_from or 0, threads or saved_shared["threads"]
             if two_pack_from is not None:  # either half-type form on every length
                 N.TWO_PACK_FROM.update({m: two_pack_from for m in N.TWO_PACK_FROM})
             try:
                 for src, from_output in ((x, False), (y, True)):
                     dx, dw, db = norm_backward_impl(dy, src, w, b, None if from_output else mean, rstd, mode,
                                                     from_output=from_output)
-                    what = (dtype, n, on, two_pack_from, db_by_reduce, pipelined, shared_from, from_output)
+                    what = (dtype, n, on, two_pack_from, db_by_reduce, pipelined, shared_from, threads, from_output)
                     assert dx_err(dx, rdx, xv, wv, dyv, 1e-5, mode) <= 2 * tol, what  # from y: y's rounding
                     assert rel_err(dw, rdw) <= 2 * tol, what
                     if mode == "layer_norm":
                         assert rel_err(db, rdb) <= tol, what
             finally:
-                N.STAGE_BWD["on"] = N.DB_BY_REDUCE["on"] = N.PIPELINE_BWD["on"] = N.SHARED_BWD["on"] = True
-                N.SHARED_BWD["from"], N.SHARED_BWD["threads"] = saved_shared, 1024
+                N.STAGE_BWD["on"] = N.DB_BY_REDUCE["on"] = N.PIPELINE_BWD["on"] = True
+                N.SHARED_BWD.update(saved_shared)
                 N.TWO_PACK_FROM.update(saved)
 
 

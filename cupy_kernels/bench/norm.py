@@ -18,13 +18,18 @@ def norm_suite(quick: bool):
     from ..ops.norm import norm_backward_impl, norm_forward_impl
 
     def half_forms(fn):
-        """Ladder rows of the half-type backward's two forms (norm.TWO_PACK_FROM picks one by length)."""
+        """Ladder rows of the half-type backward: norm_bwd_shared's CTA sizes, and the register forms it
+        replaced (norm.TWO_PACK_FROM picks one of those by length)."""
         if dtype not in ("float16", "bfloat16"):
             return {}
-        one_pack = switched(N.TWO_PACK_FROM, {m: 1 << 40 for m in N.TWO_PACK_FROM}, fn)
-        return {"ladder: one pack per thread (1024-thread blocks, staged where alone on an SM)": one_pack,
-                "ladder: two packs per thread (512-thread blocks, spills accumulators)":
-                    switched(N.TWO_PACK_FROM, {m: 0 for m in N.TWO_PACK_FROM}, fn),
+        registers = lambda f: switched(N.SHARED_BWD, {"on": False}, f)  # noqa: E731
+        one_pack = registers(switched(N.TWO_PACK_FROM, {m: 1 << 40 for m in N.TWO_PACK_FROM}, fn))
+        return {**({"ladder: column sums in shared memory, CTAs of up to 1024 threads (one or two a row)":
+                    switched(N.SHARED_BWD, {"threads": 1024}, fn)} if n > 8192 else {}),
+                "ladder: column sums in registers, one pack per thread (1024-thread blocks, staged where alone "
+                "on an SM)": one_pack,
+                "ladder: column sums in registers, two packs per thread (512-thread blocks, spills accumulators)":
+                    registers(switched(N.TWO_PACK_FROM, {m: 0 for m in N.TWO_PACK_FROM}, fn)),
                 **({"ladder: one pack per thread, unstaged": switched(N.STAGE_BWD, {"on": False}, one_pack),
                     "ladder: one pack per thread, staged, one row in flight (not pipelined)":
                         switched(N.PIPELINE_BWD, {"on": False}, one_pack)}
@@ -83,8 +88,9 @@ def norm_suite(quick: bool):
                         if n >= 8192 else {}),
                      **half_forms(lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm")),
                      **({"ladder: two packs, dbias summed in the kernel (not by reduce.cu)": switched(
-                         N.DB_BY_REDUCE, {"on": False},
-                         lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm"))}
+                         N.SHARED_BWD, {"on": False}, switched(
+                             N.DB_BY_REDUCE, {"on": False},
+                             lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm")))}
                         if n > 8192 and dtype in ("float16", "bfloat16") else {}),
                      "ladder: dx only (no dweight / dbias partial rows, no column_sum)":
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", need_dw=False,
