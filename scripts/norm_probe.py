@@ -74,7 +74,8 @@ if args.base_pkg:
     import sys
 
     root = Path(args.base_pkg).resolve() / "cupy_kernels"
-    spec = importlib.util.spec_from_file_location("ck_base", root / "__init__.py", submodule_search_locations=[str(root)])
+    spec = importlib.util.spec_from_file_location("ck_base", root / "__init__.py",
+                                                  submodule_search_locations=[str(root)])
     ck_base = importlib.util.module_from_spec(spec)
     sys.modules["ck_base"] = ck_base
     spec.loader.exec_module(ck_base)
@@ -83,7 +84,8 @@ if args.base_pkg:
 
     MODS["basepkg"] = (ck_base.ops.norm, ck_base.ops.softmax)
 
-variants = ([("new", tree)] + ([("basepkg", tree)] if args.base_pkg else []) + ([("base", args.base)] if args.base else []) + ([("unstaged", "unstaged")] if args.stage_ab else [])
+variants = ([("new", tree)] + ([("basepkg", tree)] if args.base_pkg else []) + ([("base", args.base)] if args.base else [])
+            + ([("unstaged", "unstaged")] if args.stage_ab else [])
             + ([("nopipe", "nopipe"), ("onepack", "onepack")] if args.pipe_ab else [])
             + ([(v, v) for v in ("noshared", "sharedall", "shared1024")] if args.shared_ab else []))
 shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]

@@ -123,6 +123,17 @@ def affine(n, dtype, mode, weight=True, bias=True):
     return w, b, wv, bv
 
 
+def backward_case(rows, n, dtype, mode):
+    """Inputs of a backward test (x, dy, affine), the forward's saved statistics and output, and the
+    float64 reference gradients."""
+    x, xv = make((rows, n), dtype, 2.0, 0.5)
+    w, b, wv, bv = affine(n, dtype, mode)
+    dy, dyv = make((rows, n), dtype)
+    y, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
+    return dict(x=x, xv=xv, w=w, b=b, wv=wv, dy=dy, dyv=dyv, y=y, mean=mean, rstd=rstd,
+                ref=ref_backward(xv, wv, bv, dyv, 1e-5, mode))
+
+
 @gpu
 @pytest.mark.parametrize("dtype", ALL)
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
@@ -188,18 +199,17 @@ def test_backward_staged_rows(mode):
     for dtype, n, rows in (("bfloat16", 8192, 300), ("float16", 8184, 280), ("bfloat16", 32768, 140),
                            ("float16", 20000, 150), ("float16", 4104, 290), ("bfloat16", 6000, 3),
                            ("bfloat16", 16392, 70), ("float16", 16384, 40), ("float16", 40000, 30)):
-        x, xv = make((rows, n), dtype, 2.0, 0.5)
-        w, b, wv, bv = affine(n, dtype, mode)
-        dy, dyv = make((rows, n), dtype)
-        y, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
-        rdx, rdw, rdb = ref_backward(xv, wv, bv, dyv, 1e-5, mode)
+        c = backward_case(rows, n, dtype, mode)
+        x, w, b, dy, y, mean, rstd = (c[k] for k in ("x", "w", "b", "dy", "y", "mean", "rstd"))
+        rdx, rdw, rdb = c["ref"]
         tol = 3 * TOL[dtype]
         saved, saved_shared = dict(N.TWO_PACK_FROM), dict(N.SHARED_BWD)
         for on, two_pack_from, db_by_reduce, pipelined, shared_from, threads in (
                 (True, None, True, True, None, 0), (True, None, True, False, None, 0),
                 (True, 1 << 40, True, True, None, 0), (False, None, True, True, None, 0),
-                (False, 0, True, True, None, 0), (False, 0, False, True, None, 0), (False, 1 << 40, True, True, None, 0),
-                (True, None, True, True, 8193, 1024), (True, None, True, True, 0, 1024), (True, None, True, True, 0, 512)):
+                (False, 0, True, True, None, 0), (False, 0, False, True, None, 0),
+                (False, 1 << 40, True, True, None, 0), (True, None, True, True, 8193, 1024),
+                (True, None, True, True, 0, 1024), (True, None, True, True, 0, 512)):
             N.STAGE_BWD["on"], N.DB_BY_REDUCE["on"], N.PIPELINE_BWD["on"] = on, db_by_reduce, pipelined
             N.SHARED_BWD["on"] = shared_from is not None  # on: norm_bwd_shared from that length, CTAs <= threads
             N.SHARED_BWD["from"], N.SHARED_BWD["threads"] = shared_from or 0, threads or saved_shared["threads"]
@@ -210,7 +220,7 @@ def test_backward_staged_rows(mode):
                     dx, dw, db = norm_backward_impl(dy, src, w, b, None if from_output else mean, rstd, mode,
                                                     from_output=from_output)
                     what = (dtype, n, on, two_pack_from, db_by_reduce, pipelined, shared_from, threads, from_output)
-                    assert dx_err(dx, rdx, xv, wv, dyv, 1e-5, mode) <= 2 * tol, what  # from y: y's rounding
+                    assert dx_err(dx, rdx, c["xv"], c["wv"], c["dyv"], 1e-5, mode) <= 2 * tol, what  # y's rounding
                     assert rel_err(dw, rdw) <= 2 * tol, what
                     if mode == "layer_norm":
                         assert rel_err(db, rdb) <= tol, what
@@ -256,16 +266,13 @@ def test_layer_norm_shifted_sums_fall_back_to_two_pass(dtype):
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_every_path(mode, dtype):
     for n in boundary_lengths(dtype, "bwd"):
-        rows = 5 if n > 4096 else 67
-        x, xv = make((rows, n), dtype, 2.0, 0.5)
-        w, b, wv, bv = affine(n, dtype, mode)
-        dy, dyv = make((rows, n), dtype)
-        _, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
-        rdx, rdw, rdb = ref_backward(xv, wv, bv, dyv, 1e-5, mode)
+        c = backward_case(5 if n > 4096 else 67, n, dtype, mode)
+        rdx, rdw, rdb = c["ref"]
         tol = 3 * TOL[dtype]
         for variant in ("auto", "split", "exchange", "counter"):  # long rows: 2-4
-            dx, dw, db = norm_backward_impl(dy, x, w, b, mean, rstd, mode, variant=variant)
-            assert dx_err(dx, rdx, xv, wv, dyv, 1e-5, mode) <= tol, (n, variant)
+            dx, dw, db = norm_backward_impl(c["dy"], c["x"], c["w"], c["b"], c["mean"], c["rstd"], mode,
+                                            variant=variant)
+            assert dx_err(dx, rdx, c["xv"], c["wv"], c["dyv"], 1e-5, mode) <= tol, (n, variant)
             assert rel_err(dw, rdw) <= tol, (n, variant)
             if mode == "layer_norm":
                 assert rel_err(db, rdb) <= tol, (n, variant)

@@ -99,11 +99,13 @@ def _pipelined(dtype, mode, from_output):
 
 # Aligned half-type backward rows from SHARED_BWD["from"] elements take norm_bwd_shared: 16 elements of x and
 # dy a thread (CTAs of up to SHARED_BWD["threads"]), the dweight / dbias column sums in shared memory rather
-# than registers, one CTA per row (up to 16384 elements), or on compute capability 9.0 a cluster of 2 or 4
-# CTAs whose sums meet in distributed shared memory (up to 65536); longer rows keep the register forms. Measured against the register forms (H200, us): layer 8192² bf16 177.5 ->
-# 132.9, 1024x32768 145.0 -> 107.8, 32768x1024 f16 76.8 -> 68.8; rms 118.8 -> 111.5, 110.9 -> 81.2,
-# 68.1 -> 58.8 (benchmarks/notes.md). The switches are for the ladder, the probes and the tests.
-SHARED_BWD = {"on": True, "from": 1024, "threads": 512}  # 512: 1024x32768 bf16 layer 100.0 -> 97.0, rms 83.0 -> 76.3 us
+# than registers, one CTA per row, or on compute capability 9.0 a cluster of 2 or 4 CTAs whose sums meet in
+# distributed shared memory (up to 4 * 16 * threads elements); longer rows keep the register forms.
+# Measured against the register forms (H200, us, 1024-thread CTAs): layer 8192² bf16 177.5 -> 132.9,
+# 1024x32768 145.0 -> 107.8, 32768x1024 f16 76.8 -> 68.8; rms 118.8 -> 111.5, 110.9 -> 81.2, 68.1 -> 58.8;
+# CTAs of up to 512 threads (clusters of 4 at 32768): layer 1024x32768 100.0 -> 97.0, rms 83.0 -> 76.3
+# (benchmarks/notes.md). The switches are for the ladder, the probes and the tests.
+SHARED_BWD = {"on": True, "from": 1024, "threads": 512}
 SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CL instances
 
 
@@ -226,7 +228,8 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                 kernel((p.grid,), (p.threads,),
                        (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
                         np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
-                        rw.ACC_SCALAR[acc](eps), rw.ACC_SCALAR[acc](1.0 / n), np.int32(phase), sync, slots), shared_mem=smem)
+                        rw.ACC_SCALAR[acc](eps), rw.ACC_SCALAR[acc](1.0 / n), np.int32(phase), sync, slots),
+                       shared_mem=smem)
         elif rows and rstd is not None:  # n == 0: mean of nothing, like torch
             rstd.fill(np.nan)
             if mean is not None:
