@@ -475,18 +475,36 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
   if (DBS && db_part) store_column_sums<T, MAXP>(db_part + blockIdx.x * n, ab, L);
 }
 
-// Half-type rows too long for norm_bwd_pipelined's registers (8193..32768 elements): the row over a cluster
-// of CL CTAs (CL = 1: one block; CL = 2: sm_90 clusters, the row's sums exchanged through distributed shared
-// memory instead of global memory), PACKS = 2 packs of x and dy per thread (16 elements), and the dweight /
-// dbias column sums in shared memory instead of registers (16 more elements a thread without spilling).
+// A thread's Q float4 accumulator slots (slot h at acc[s0 + h * blockDim.x]) to and from 4 * Q registers.
+template <int Q>
+__device__ __forceinline__ void load_sums(float (&a)[4 * Q], const float4* acc, int s0) {
+#pragma unroll
+  for (int h = 0; h < Q; ++h) {
+    const float4 v = acc[s0 + h * blockDim.x];
+    a[4 * h] = v.x;
+    a[4 * h + 1] = v.y;
+    a[4 * h + 2] = v.z;
+    a[4 * h + 3] = v.w;
+  }
+}
+template <int Q>
+__device__ __forceinline__ void store_sums(float4* acc, int s0, const float (&a)[4 * Q]) {
+#pragma unroll
+  for (int h = 0; h < Q; ++h) acc[s0 + h * blockDim.x] = make_float4(a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3]);
+}
+
+// The backward of aligned float / half rows from 1024 elements (the host's SHARED_BWD): a row over a cluster
+// of CL CTAs (CL = 1: one block; CL = 2 or 4: sm_90 clusters, the row's sums exchanged through distributed
+// shared memory instead of global memory), 2 packs of x and dy per thread, and the dweight / dbias column sums
+// in shared memory instead of registers (half types: twice norm_bwd_pipelined's elements a thread, no spills).
 // Per row: one barrier (the cluster's when CL > 1) between the warps' partial sums and their total, which
 // every warp adds up itself in CTA-rank order (the same total in every CTA: deterministic).
 // Launch: grid = CL * row groups (resident), clusters of CL along x, blockDim.x <= 1024 threads (a multiple of
 // 32); CTA rank r of cluster c takes columns [r * chunk, min(n, (r + 1) * chunk)) of rows c, c + groups, ...,
-// packs <= 2 per thread (chunk <= 16 * blockDim.x), aligned rows. Dynamic shared memory, in 16-byte slots:
-// 2 * packs * blockDim.x of dweight sums (float4 [2 * p + h][thread]: conflict-free), as many of dbias sums
-// (layer), then the weight's packs and the next row's src and dy staged (packs * blockDim.x 16-byte slots
-// each). Cluster c writes partial row c.
+// packs <= 2 per thread (chunk <= 2 * V * blockDim.x), aligned rows. Dynamic shared memory, in 16-byte slots:
+// Q = V / 4 per pack per thread of dweight sums (float4 [Q * p + h][thread]: conflict-free), as many of dbias
+// sums (layer), then the weight's packs and the next row's src and dy staged (packs * blockDim.x each).
+// Cluster c writes partial row c (column_sum adds them).
 template <typename T, int MODE, int FROM_OUTPUT, int CL>
 __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                           const T* __restrict__ w, const T* __restrict__ b,
@@ -495,10 +513,10 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
                                                           float* __restrict__ dw_part, float* __restrict__ db_part,
                                                           long long rows, long long n, float inv_n, long long chunk,
                                                           int packs) {
-  static_assert(sizeof(T) == 2, "half types");
+  static_assert(sizeof(T) <= 4, "float accumulators");
   typedef float A;
   typedef typename Vec16<T>::type P;
-  constexpr int V = Vec16<T>::N, MAXP = 2;
+  constexpr int V = Vec16<T>::N, MAXP = 2, Q = V / 4;  // Q float4 accumulator slots a pack
   constexpr bool DBS = MODE == LAYER, USES_MEAN = MODE == LAYER && !FROM_OUTPUT;
   __shared__ A sums[2][2][32];  // the warps' (c1, c2) of the row, two sets alternating by row
   extern __shared__ int4 dyn_smem[];
@@ -507,7 +525,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
   const long long begin = rank * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true};
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int slots = 2 * packs * blockDim.x;  // float4 accumulators of one kind
+  const int slots = Q * packs * blockDim.x;  // float4 accumulators of one kind
   float4* const accw = reinterpret_cast<float4*>(dyn_smem);
   float4* const accb = accw + slots;
   P* const ws = reinterpret_cast<P*>(accb + (DBS ? slots : 0));  // the weight's packs: no L2 trip a row
@@ -565,26 +583,16 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
-        const int s0 = 2 * p * blockDim.x + threadIdx.x, s1 = s0 + blockDim.x;
-        float4 w0 = accw[s0], w1 = accw[s1], b0, b1;
-        A aw[V] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w}, ab[V];
-        if (DBS) {
-          b0 = accb[s0];
-          b1 = accb[s1];
-          const A t[V] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-          for (int e = 0; e < V; ++e) ab[e] = t[e];
-        }
+        const int s0 = Q * p * blockDim.x + threadIdx.x;
+        A aw[V], ab[V];
+        load_sums<Q>(aw, accw, s0);
+        if (DBS) load_sums<Q>(ab, accb, s0);
         P o;
         bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(rx[p], rd[p], ws[p * blockDim.x + threadIdx.x],
                                                   column_pack<T, true>(bb, p, L, 0.f), mean, rstd, c1 * inv_n, c2 * inv_n, o, aw, ab);
         store_pack<T>(dx + off, o, p, L);
-        accw[s0] = make_float4(aw[0], aw[1], aw[2], aw[3]);
-        accw[s1] = make_float4(aw[4], aw[5], aw[6], aw[7]);
-        if (DBS) {
-          accb[s0] = make_float4(ab[0], ab[1], ab[2], ab[3]);
-          accb[s1] = make_float4(ab[4], ab[5], ab[6], ab[7]);
-        }
+        store_sums<Q>(accw, s0, aw);
+        if (DBS) store_sums<Q>(accb, s0, ab);
       }
     }
   }
@@ -598,8 +606,8 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
     for (int p = 0; p < MAXP; ++p)
       if (p < packs && L.at(p) < L.len) {
         float4* o = reinterpret_cast<float4*>(out + group * n + begin + L.at(p));
-        o[0] = acc[2 * p * blockDim.x + threadIdx.x];
-        o[1] = acc[(2 * p + 1) * blockDim.x + threadIdx.x];
+#pragma unroll
+        for (int h = 0; h < Q; ++h) o[h] = acc[(Q * p + h) * blockDim.x + threadIdx.x];
       }
   }
 }

@@ -24,7 +24,7 @@ ap.add_argument("--pipe-ab", action="store_true",
                      "every length (onepack)")
 ap.add_argument("--shared-ab", action="store_true",
                 help="also time the backward with norm_bwd_shared off (noshared), on every half-type length "
-                     "(sharedall) and in CTAs of up to 1024 threads (shared1024)")
+                     "(sharedall), in CTAs of up to 1024 threads (shared1024), and not for float32 (nosharedf32)")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
 
@@ -35,7 +35,9 @@ tree = sources.cu_src_dir()
 
 
 TWO_PACK_FROM = dict(N.TWO_PACK_FROM)
-SHARED_FROM, SHARED_THREADS = (N.SHARED_BWD["from"], N.SHARED_BWD["threads"]) if hasattr(N, "SHARED_BWD") else (0, 0)
+SHARED = dict(getattr(N, "SHARED_BWD", {}))
+SHARED_FROM, SHARED_F32, SHARED_THREADS, SHARED_DTYPES = (SHARED.get(k) for k in ("from", "from_float32", "threads",
+                                                                                   "dtypes"))
 BASE_TWO_PACK_FROM = {"layer_norm": 8193, "rms_norm": 8192}  # the forms' switch at c2e0204 (the usual base)
 ALL_NAMES = list(N.SOURCE.names)
 BASE_KERNELS = set()
@@ -56,8 +58,10 @@ def use(cu_dir):
                            BASE_TWO_PACK_FROM if cu_dir == args.base else TWO_PACK_FROM)
     if hasattr(N, "SHARED_BWD"):
         N.SHARED_BWD["from"] = 0 if cu_dir == "sharedall" else 1 << 40 if cu_dir == "noshared" else SHARED_FROM
+        N.SHARED_BWD["from_float32"] = 0 if cu_dir == "sharedall" else 1 << 40 if cu_dir == "noshared" else SHARED_F32
         N.SHARED_BWD["threads"] = 1024 if cu_dir == "shared1024" else SHARED_THREADS
-    if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared"):
+        N.SHARED_BWD["dtypes"] = ("float16", "bfloat16") if cu_dir == "nosharedf32" else SHARED_DTYPES
+    if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32"):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
     sources.read_source.cache_clear()
@@ -87,7 +91,7 @@ if args.base_pkg:
 variants = ([("new", tree)] + ([("basepkg", tree)] if args.base_pkg else []) + ([("base", args.base)] if args.base else [])
             + ([("unstaged", "unstaged")] if args.stage_ab else [])
             + ([("nopipe", "nopipe"), ("onepack", "onepack")] if args.pipe_ab else [])
-            + ([(v, v) for v in ("noshared", "sharedall", "shared1024")] if args.shared_ab else []))
+            + ([(v, v) for v in ("noshared", "sharedall", "shared1024", "nosharedf32")] if args.shared_ab else []))
 shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
 for shape, dtype in shapes:
     (x, xc), (dy, dyc) = tensors(shape, dtype, 2)

@@ -231,6 +231,31 @@ def test_backward_staged_rows(mode):
 
 
 @gpu
+@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
+def test_backward_shared_float32(mode):
+    """norm_bwd_shared's float32 instances, also on rows shorter than it takes by default: one CTA and
+    clusters of 2 and 4 per row, threads past the row end, from x and from the output."""
+    from cupy_kernels.ops import norm as N
+
+    saved = dict(N.SHARED_BWD)
+    N.SHARED_BWD["from_float32"] = 0
+    try:
+        for n, rows in ((1024, 300), (4096, 200), (6000, 7), (8200, 40), (16384, 30)):
+            c = backward_case(rows, n, "float32", mode)
+            rdx, rdw, rdb = c["ref"]
+            tol = 3 * TOL["float32"]
+            for src, from_output in ((c["x"], False), (c["y"], True)):
+                dx, dw, db = norm_backward_impl(c["dy"], src, c["w"], c["b"], None if from_output else c["mean"],
+                                                c["rstd"], mode, from_output=from_output)
+                assert dx_err(dx, rdx, c["xv"], c["wv"], c["dyv"], 1e-5, mode) <= 2 * tol, (n, from_output)
+                assert rel_err(dw, rdw) <= 2 * tol, (n, from_output)
+                if mode == "layer_norm":
+                    assert rel_err(db, rdb) <= tol, (n, from_output)
+    finally:
+        N.SHARED_BWD.update(saved)
+
+
+@gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_large_mean_is_stable(dtype):
     """Two-pass variance (and the Chan combination across blocks): an offset of 1e4 costs nothing."""

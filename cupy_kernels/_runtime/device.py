@@ -69,19 +69,22 @@ _shared_optin: dict = {}  # CUfunction -> the dynamic shared memory it is opted 
 
 
 def use_shared_memory(kernel, nbytes: int, what: str = "kernel") -> None:
-    """Opt `kernel` in to `nbytes` of dynamic shared memory (above 48 KB needs the attribute). Called on
-    every launch: the attribute is read and set once per CUfunction, not asked of the driver each time."""
-    if nbytes <= DEFAULT_SHARED_LIMIT:
+    """Opt `kernel` in to `nbytes` of dynamic shared memory (above 48 KB with its static shared memory needs
+    the attribute). Called on every launch: the attribute is read and set once per CUfunction, not asked
+    of the driver each time."""
+    if nbytes <= DEFAULT_SHARED_LIMIT // 2:
         return
     fn = getattr(getattr(kernel, "kernel", kernel), "ptr", None)
     if fn is not None and _shared_optin.get(fn, 0) >= nbytes:
         return
-    props = current()
-    if nbytes > props.shared_per_block_optin:
-        raise ValueError(f"{what} needs {nbytes} bytes of shared memory per block; "
-                         f"{props.name} allows at most {props.shared_per_block_optin}")
-    if getattr(kernel, "max_dynamic_shared_size_bytes", 0) < nbytes:
-        kernel.max_dynamic_shared_size_bytes = nbytes
+    total = nbytes + getattr(kernel, "shared_size_bytes", 0)  # the default window holds static + dynamic
+    if total > DEFAULT_SHARED_LIMIT:
+        props = current()
+        if total > props.shared_per_block_optin:
+            raise ValueError(f"{what} needs {total} bytes of shared memory per block; "
+                             f"{props.name} allows at most {props.shared_per_block_optin}")
+        if getattr(kernel, "max_dynamic_shared_size_bytes", 0) < nbytes:
+            kernel.max_dynamic_shared_size_bytes = nbytes
     if fn is not None:
         _shared_optin[fn] = nbytes
 

@@ -20,9 +20,10 @@ def norm_suite(quick: bool):
     def half_forms(fn):
         """Ladder rows of the half-type backward: norm_bwd_shared's CTA sizes, and the register forms it
         replaced (norm.TWO_PACK_FROM picks one of those by length)."""
-        if dtype not in ("float16", "bfloat16"):
-            return {}
         registers = lambda f: switched(N.SHARED_BWD, {"on": False}, f)  # noqa: E731
+        if dtype not in ("float16", "bfloat16"):
+            return ({"ladder: column sums in registers (norm_bwd, two packs, 512-thread blocks)": registers(fn)}
+                    if dtype == "float32" and n >= N.SHARED_BWD["from_float32"] else {})
         one_pack = registers(switched(N.TWO_PACK_FROM, {m: 1 << 40 for m in N.TWO_PACK_FROM}, fn))
         return {**({"ladder: column sums in shared memory, CTAs of up to 1024 threads (one or two a row)":
                     switched(N.SHARED_BWD, {"threads": 1024}, fn)} if n > 8192 else {}),

@@ -97,15 +97,18 @@ def _pipelined(dtype, mode, from_output):
     return f"norm_bwd_pipelined<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}>"
 
 
-# Aligned half-type backward rows from SHARED_BWD["from"] elements take norm_bwd_shared: 16 elements of x and
-# dy a thread (CTAs of up to SHARED_BWD["threads"]), the dweight / dbias column sums in shared memory rather
-# than registers, one CTA per row, or on compute capability 9.0 a cluster of 2 or 4 CTAs whose sums meet in
-# distributed shared memory (up to 4 * 16 * threads elements); longer rows keep the register forms.
+# Aligned backward rows of a type in SHARED_BWD["dtypes"] from SHARED_BWD["from"] elements (float32: from
+# "from_float32") take norm_bwd_shared: 2 packs of x and dy a thread (CTAs of up to SHARED_BWD["threads"]),
+# the dweight / dbias column sums in shared memory rather than registers, one CTA per row, or on compute
+# capability 9.0 a cluster of 2 or 4 CTAs whose sums meet in distributed shared memory (up to 4 * 2 * 16 / itemsize
+# * threads elements); longer rows keep the register forms.
 # Measured against the register forms (H200, us, 1024-thread CTAs): layer 8192² bf16 177.5 -> 132.9,
 # 1024x32768 145.0 -> 107.8, 32768x1024 f16 76.8 -> 68.8; rms 118.8 -> 111.5, 110.9 -> 81.2, 68.1 -> 58.8;
-# CTAs of up to 512 threads (clusters of 4 at 32768): layer 1024x32768 100.0 -> 97.0, rms 83.0 -> 76.3
-# (benchmarks/notes.md). The switches are for the ladder, the probes and the tests.
-SHARED_BWD = {"on": True, "from": 1024, "threads": 512}
+# CTAs of up to 512 threads (clusters of 4 at 32768): layer 1024x32768 100.0 -> 97.0, rms 83.0 -> 76.3;
+# float32 4096²: layer 61.0 -> 56.3, rms 57.0 -> 54.9 (benchmarks/notes.md). The switches are for the
+# ladder, the probes and the tests.
+SHARED_BWD = {"on": True, "from": 1024, "from_float32": 4096, "threads": 512,
+              "dtypes": ("float16", "bfloat16", "float32")}
 SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CL instances
 
 
@@ -115,18 +118,19 @@ def _shared(dtype, mode, from_output, cl):
 
 def shared_plan(n: int, dtype: str, mode: str, cc: int):
     """(cluster CTAs, threads, packs, chunk, dynamic shared bytes) of norm_bwd_shared for rows of n
-    elements, or None where it does not apply (not a half type, or too long for this device)."""
+    elements, or None where it does not apply (another type, too short, or too long for this device)."""
     V = rw.vec(dtype)
     per_cta = SHARED_BWD["threads"] * 2 * V
     cl = next_pow2(ceil_div(n, per_cta))
-    if rw.ITEMSIZE[dtype] != 2 or cl not in SHARED_CLUSTERS or (cl > 1 and cc < 90):
+    start = SHARED_BWD["from_float32" if dtype == "float32" else "from"]
+    if dtype not in SHARED_BWD["dtypes"] or n < start or cl not in SHARED_CLUSTERS or (cl > 1 and cc < 90):
         return None
     chunk = ceil_div(ceil_div(n, cl), V) * V
     P = chunk // V
     threads = min(SHARED_BWD["threads"], ceil_div(ceil_div(P, 2), 32) * 32)
     packs = ceil_div(P, threads)
-    sums = 2 if mode == "layer_norm" else 1  # dweight (and dbias) float4 slots: 2 per pack per thread
-    return cl, threads, packs, chunk, (2 * sums + 3) * packs * threads * 16  # + weight, next row's x and dy
+    sums = (2 if mode == "layer_norm" else 1) * V // 4  # dweight (and dbias) float4 slots a pack per thread
+    return cl, threads, packs, chunk, (sums + 3) * packs * threads * 16  # + weight, next row's x and dy
 
 
 def _colsum(dtype):
@@ -140,7 +144,7 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                   for st in (False, True)]
                + [_bwd(t, "layer_norm", f, False, 2, db=False) for t in ("float16", "bfloat16") for f in (0, 1)]
                + [_pipelined(t, m, f) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)]
-               + [_shared(t, m, f, cl) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
+               + [_shared(t, m, f, cl) for t in ("float16", "bfloat16", "float32") for m in MODES for f in (0, 1)
                   for cl in SHARED_CLUSTERS]
                + [_colsum(t) for t in FLOAT_DTYPES])
 
@@ -279,8 +283,7 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
         db = call.empty((n,), dtype) if want_b else None
         inv_n = rw.ACC_SCALAR[acc](1.0 / n) if n else None  # c1 / n, c2 / n as products: no IEEE division a row
         al = 0 if variant == "scalar" or not n else rw.aligned(n, dtype, s2, d2, dx2, w, b)
-        shared = (rows and al and variant == "auto" and SHARED_BWD["on"] and n >= SHARED_BWD["from"]
-                  and shared_plan(n, dtype, mode, current().cc))
+        shared = rows and al and variant == "auto" and SHARED_BWD["on"] and shared_plan(n, dtype, mode, current().cc)
         if shared:
             cl, threads, spacks, chunk, smem = shared
             name = _shared(dtype, mode, from_output, cl)
