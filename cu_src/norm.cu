@@ -30,7 +30,7 @@ template <typename T, int PACKS> struct NormBwdMinBlocks { static constexpr int 
 //          one paired reduction, the exact two-pass where they would cancel (see below)
 //   rms:   y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)
 // STAGE: the next row staged in dynamic shared memory while this one is processed, as softmax_fwd.
-template <typename T, int MODE, bool STAGE>
+template <typename T, int MODE, int STAGE>
 __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, T* y, const T* __restrict__ w,
                                                   const T* __restrict__ b, typename AccOf<T>::type* __restrict__ mean_out,
                                                   typename AccOf<T>::type* __restrict__ rstd_out, long long rows,
@@ -54,14 +54,15 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
   const T* bb = b ? b + begin : nullptr;
   extern __shared__ int4 staged[];
   P* const sx = reinterpret_cast<P*>(staged);
-  const long long step = nrg * gpb;
+  const long long step = nrg * gpb, ahead = STAGE == 2 ? 2 * step : step;  // the row staged next
   long long row = rg * gpb + gi;
-  stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L);
+  stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L, step * n, row + step < rows);
   const A inv_len = parts == 1 ? inv_n : A(1) / A(L.len);  // the host's 1 / n: no IEEE division a row
   for (; row < rows; row += step, scratch.next_row()) {
     const T* xr = x + row * n + begin;
     P r[MAXP];
-    load_row<STAGE, T, MAXP>(r, sx, x, row * n + begin, step * n, row + step < rows, L, 0.f);
+    load_row<STAGE, T, MAXP>(r, sx + (STAGE == 2 ? scratch.odd() * MAXP * blockDim.x : 0), x, row * n + begin,
+                             ahead * n, row + ahead < rows, L, 0.f);
     A mean = A(0), rstd;
     if (MODE == LAYER) {
       // One reduction for both moments: sums shifted by K, the segment's first element (the same for

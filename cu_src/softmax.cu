@@ -35,7 +35,7 @@ __device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& 
 // then 2 are two launches of any grid (see row_parts). STAGE (aligned rows, a grid of resident blocks
 // looping over rows): dynamic shared memory of packs * blockDim.x 16-byte slots holds the next row,
 // copied (cp.async) while this one is reduced and written (a block per SM then still overlaps them).
-template <typename T, int MODE, bool STAGE>
+template <typename T, int MODE, int STAGE>
 __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* x, T* y, long long rows, long long n, long long chunk,
                                                      int G, int packs, int parts, int aligned, int phase,
                                                      int* sync, typename AccOf<T>::type* slots) {
@@ -53,13 +53,14 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
   const unsigned mask = group_mask(G);
   extern __shared__ int4 staged[];
   P* const sx = reinterpret_cast<P*>(staged);
-  const long long step = nrg * gpb;
+  const long long step = nrg * gpb, ahead = STAGE == 2 ? 2 * step : step;  // the row staged next
   long long row = rg * gpb + gi;
-  stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L);
+  stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L, step * n, row + step < rows);
   for (; row < rows; row += step, scratch.next_row()) {
     P r[MAXP];
     // -inf: neutral for max and exp-sum
-    load_row<STAGE, T, MAXP>(r, sx, x, row * n + begin, step * n, row + step < rows, L, -__int_as_float(0x7f800000));
+    load_row<STAGE, T, MAXP>(r, sx + (STAGE == 2 ? scratch.odd() * MAXP * blockDim.x : 0), x, row * n + begin,
+                             ahead * n, row + ahead < rows, L, -__int_as_float(0x7f800000));
     A m = lowest<A>();
 #pragma unroll
     for (int p = 0; p < MAXP; ++p)

@@ -25,6 +25,8 @@ ap.add_argument("--pipe-ab", action="store_true",
 ap.add_argument("--shared-ab", action="store_true",
                 help="also time the backward with norm_bwd_shared off (noshared), on every half-type length "
                      "(sharedall), in CTAs of up to 1024 threads (shared1024), and not for float32 (nosharedf32)")
+ap.add_argument("--two-ahead-ab", action="store_true",
+                help="also time softmax's forward with one-block rows staged one row ahead, not two (oneahead)")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
 
@@ -52,6 +54,8 @@ def use(cu_dir):
     """Point the norm kernels at the sources in cu_dir (compiled on first use); "unstaged": the working
     tree with the staged forward switched off; "nopipe" / "onepack": see --pipe-ab."""
     N.STAGE_FWD["on"] = S.STAGE_FWD["on"] = N.STAGE_BWD["on"] = S.WIDE_BWD["on"] = cu_dir != "unstaged"
+    if "two_ahead" in S.STAGE_FWD:
+        S.STAGE_FWD["two_ahead"] = cu_dir != "oneahead"
     if hasattr(N, "PIPELINE_BWD"):
         N.PIPELINE_BWD["on"] = cu_dir not in ("nopipe", args.base)
     N.TWO_PACK_FROM.update({m: 1 << 40 for m in TWO_PACK_FROM} if cu_dir == "onepack" else
@@ -61,7 +65,7 @@ def use(cu_dir):
         N.SHARED_BWD["from_float32"] = 0 if cu_dir == "sharedall" else 1 << 40 if cu_dir == "noshared" else SHARED_F32
         N.SHARED_BWD["threads"] = 1024 if cu_dir == "shared1024" else SHARED_THREADS
         N.SHARED_BWD["dtypes"] = ("float16", "bfloat16") if cu_dir == "nosharedf32" else SHARED_DTYPES
-    if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32"):
+    if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead"):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
     sources.read_source.cache_clear()
@@ -91,7 +95,8 @@ if args.base_pkg:
 variants = ([("new", tree)] + ([("basepkg", tree)] if args.base_pkg else []) + ([("base", args.base)] if args.base else [])
             + ([("unstaged", "unstaged")] if args.stage_ab else [])
             + ([("nopipe", "nopipe"), ("onepack", "onepack")] if args.pipe_ab else [])
-            + ([(v, v) for v in ("noshared", "sharedall", "shared1024", "nosharedf32")] if args.shared_ab else []))
+            + ([(v, v) for v in ("noshared", "sharedall", "shared1024", "nosharedf32")] if args.shared_ab else [])
+            + ([("oneahead", "oneahead")] if args.two_ahead_ab else []))
 shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
 for shape, dtype in shapes:
     (x, xc), (dy, dyc) = tensors(shape, dtype, 2)

@@ -167,19 +167,21 @@ def test_forward_staged_rows(mode):
     from cupy_kernels.ops import norm as N
 
     for dtype, n, rows in (("bfloat16", 32768, 300), ("float16", 20000, 301), ("float32", 16384, 290),
-                           ("float32", 70004, 140), ("bfloat16", 32760, 133), ("float32", 8192, 700)):
+                           ("float32", 70004, 140), ("bfloat16", 32760, 133), ("float32", 8192, 700),
+                           ("float16", 32768, 3), ("bfloat16", 17000, 133)):
         x, xv = make((rows, n), dtype, 2.0, 0.5)
         w, b, wv, bv = affine(n, dtype, mode)
         want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
         for on in (True, False):
             N.STAGE_FWD["on"] = on
+            what = (dtype, n, on)
             try:
                 y, _, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
-                assert rel_err(y, want) <= TOL[dtype] and rel_err(rstd, want_rstd[:, 0]) <= 1e-5, (dtype, n, on)
+                assert rel_err(y, want) <= TOL[dtype] and rel_err(rstd, want_rstd[:, 0]) <= 1e-5, what
                 if on:
                     x2 = x.copy()
                     norm_forward_impl(x2, w, b, 1e-5, mode, inplace=True)
-                    assert rel_err(x2, want) <= TOL[dtype], (dtype, n, "in place")
+                    assert rel_err(x2, want) <= TOL[dtype], what + ("in place",)
             finally:
                 N.STAGE_FWD["on"] = True
 

@@ -216,25 +216,27 @@ def test_backward_staged_rows(mode):
 @pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
 def test_forward_staged_rows(mode):
     """The staged forward (next row in shared memory; rows filling >= 512-thread blocks): resident grids
-    looping over several rows per block, the one-block (1024 threads, 64 KB staged) and multi-block paths
-    and their edges, staged and not, and in place (the next row is staged before this one is written)."""
+    looping over several rows per block, the one-block (1024 threads, 64 KB staged; or two rows ahead,
+    128 KB) and multi-block paths and their edges, staged and not, and in place (the next row is staged
+    before this one is written)."""
     from cupy_kernels.ops import softmax as S
 
     ref = ref_softmax if mode == "softmax" else ref_log_softmax
     for dtype, n, rows in (("bfloat16", 32768, 300), ("float16", 20000, 301), ("float32", 16384, 290),
-                           ("float32", 70004, 140), ("bfloat16", 32760, 133), ("float32", 8192, 700)):
+                           ("float32", 70004, 140), ("bfloat16", 32760, 133), ("float32", 8192, 700),
+                           ("float16", 32768, 3), ("bfloat16", 17000, 133)):
         x, xv = make((rows, n), dtype)
         want = ref(xv)
-        for on in (True, False):
-            S.STAGE_FWD["on"] = on
+        for on, two_ahead in ((True, False), (True, True), (False, False)):
+            S.STAGE_FWD.update(on=on, two_ahead=two_ahead)
             try:
-                assert rel_err(softmax_impl(x, -1, mode), want) <= TOL[dtype], (dtype, n, on)
+                assert rel_err(softmax_impl(x, -1, mode), want) <= TOL[dtype], (dtype, n, on, two_ahead)
                 if mode == "softmax" and on:
                     x2 = x.copy()
                     ck.softmax_(x2)
-                    assert rel_err(x2, want) <= TOL[dtype], (dtype, n, "in place")
+                    assert rel_err(x2, want) <= TOL[dtype], (dtype, n, "in place", two_ahead)
             finally:
-                S.STAGE_FWD["on"] = True
+                S.STAGE_FWD.update(on=True, two_ahead=True)
 
 
 @gpu

@@ -147,13 +147,18 @@ __device__ __forceinline__ void opaque(typename Vec16<T>::type (&r)[MAXP]) {
 }
 
 // A staged row loop's first step: the row at `off` copied into the shared slots s before the loop
-// (each iteration's load_row then takes it and stages the next). Nothing without STAGE.
-template <bool STAGE, typename T, int MAXP>
+// (each iteration's load_row then takes it and stages the next). Nothing without STAGE. STAGE 2 (two
+// rows ahead): also the row at off + step (when any2) into the second set of slots, s + MAXP * blockDim.x.
+template <int STAGE, typename T, int MAXP>
 __device__ __forceinline__ void stage_first(typename Vec16<T>::type* s, const T* a, long long off, bool any,
-                                            const RowLayout<T>& L) {
+                                            const RowLayout<T>& L, long long step = 0, bool any2 = false) {
   if (STAGE && any) {
     stage_packs<T, MAXP>(s, a + off, L);
     cp_async_commit();
+    if (STAGE == 2) {
+      if (any2) stage_packs<T, MAXP>(s + MAXP * blockDim.x, a + off + step, L);
+      cp_async_commit();  // possibly empty: load_row's wait counts groups
+    }
   }
 }
 
@@ -170,13 +175,15 @@ __device__ __forceinline__ void stage_first_pair(typename Vec16<T>::type* sa, ty
 }
 
 // One input row at `off` into registers (past-the-end elements `fill`). STAGE: from the shared slots s
-// (filled by stage_packs for this row), and with has_next the row at off + step is copied in behind it.
-template <bool STAGE, typename T, int MAXP>
+// (filled by stage_packs for this row), and with has_next the row at off + step is copied in behind it
+// (STAGE 2: s is this row's set of slots and off + step the row two ahead; the other set's copy stays
+// in flight).
+template <int STAGE, typename T, int MAXP>
 __device__ __forceinline__ void load_row(typename Vec16<T>::type (&r)[MAXP], typename Vec16<T>::type* s, const T* a,
                                          long long off, long long step, bool has_next, const RowLayout<T>& L,
                                          float fill) {
   if (STAGE) {
-    cp_async_wait<0>();
+    cp_async_wait<STAGE == 2 ? 1 : 0>();
     unstage_packs<T, MAXP>(r, s, L, fill);
     opaque<T, MAXP>(r);  // the slots are read into registers before the next copy overwrites them
     if (has_next) stage_packs<T, MAXP>(s, a + off + step, L);
@@ -290,12 +297,14 @@ __device__ __forceinline__ A row_reduce(A v, int G, unsigned mask, A* scratch /*
 // Scratch for one-barrier block reductions (ONCE) in a row loop: buffer `at(k)` of the current row, the
 // two sets alternating by row, so that a buffer is written again only after a later barrier (the next
 // row's reduction) has ended every read of it. S sets of 32 entries a row.
+// odd(), the row's parity, also picks a twice-staged row's set of slots (STAGE 2).
 template <typename A, int S>
 struct RowScratch {
   A* base;
   int flip = 0;
   __device__ __forceinline__ A* at(int k) const { return base + flip + 32 * k; }
   __device__ __forceinline__ void next_row() { flip ^= 32 * S; }
+  __device__ __forceinline__ int odd() const { return flip != 0; }
 };
 
 // Two sums over the threads sharing a row segment, with one pair of barriers on the block path (ONCE:

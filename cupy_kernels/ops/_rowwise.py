@@ -138,9 +138,18 @@ STAGE_FWD_DTYPES = ("float16", "bfloat16", "float32")
 STAGE_FWD_MIN_THREADS = 512
 
 
-def stage_fwd(p: Plan, dtype: str, al: int) -> bool:
-    """Whether a forward launch planned as `p` takes the staged kernel."""
-    return bool(al) and dtype in STAGE_FWD_DTYPES and p.path != "subwarp" and p.threads >= STAGE_FWD_MIN_THREADS
+def stage_fwd(p: Plan, dtype: str, al: int, two_ahead: bool = False) -> int:
+    """Rows a forward launch planned as `p` stages ahead (the STAGE of its kernel): 0, 1, or with
+    `two_ahead` 2 where one 1024-thread block, alone on its SM, takes a row (half rows of 16385..32768
+    elements, float32 8193..16384: 128 KB of shared memory, the next two rows' loads in flight)."""
+    if not (al and dtype in STAGE_FWD_DTYPES and p.path != "subwarp" and p.threads >= STAGE_FWD_MIN_THREADS):
+        return 0
+    return 2 if two_ahead and p.threads == 1024 and p.parts == 1 else 1
+
+
+def stage_token(stage: int) -> str:
+    """A kernel name's STAGE argument."""
+    return "2" if stage == 2 else "true" if stage else "false"
 
 
 def staged_plan(kernel, name: str, rows: int, n: int, dtype: str, maxp: int, max_threads: int, tensors: int = 1,

@@ -73,8 +73,8 @@ STAGE_FWD = {"on": True}  # rows of >= 512-thread blocks staged in shared memory
 STAGE_BWD = {"on": True}  # half-type rows of 1024-thread backward blocks staged likewise; a probe switch
 
 
-def _fwd(dtype, mode, stage=False):
-    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {'true' if stage else 'false'}>"
+def _fwd(dtype, mode, stage=0):
+    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {rw.stage_token(stage)}>"
 
 
 def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True):
@@ -222,10 +222,12 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
             smem = 0
             # layer_norm over several blocks per row measured 2% slower staged (256x262144 float32)
-            if STAGE_FWD["on"] and rw.stage_fwd(p, dtype, al) and (mode == "rms_norm" or p.parts == 1):
-                name = _fwd(dtype, mode, stage=True)
+            stage = rw.stage_fwd(p, dtype, al) if STAGE_FWD["on"] and (mode == "rms_norm" or p.parts == 1) else 0
+            if stage:
+                name = _fwd(dtype, mode, stage=stage)
                 kernel = SOURCE.kernel(name)
-                p, smem = rw.staged_plan(kernel, name, rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), **args)
+                p, smem = rw.staged_plan(kernel, name, rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n),
+                                         tensors=stage, **args)
             counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["fwd"])
             sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
             for phase in rw.phases(p, counter):

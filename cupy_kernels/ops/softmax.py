@@ -19,7 +19,10 @@ COUNTER_EXCHANGE = {"fwd": False, "bwd": False}  # one-launch long rows: tagged 
 # slower staged (4096² f32 -5%, 32768x1024 f16 -3.5%): benchmarks/notes.md.
 STAGE_BWD = ("block", "multiblock")
 STAGE_MAX_BYTES = 40 * 1024  # the default 48 KB dynamic window, less the static scratch and exchange copy
-STAGE_FWD = {"on": True}  # forward rows of >= 512-thread blocks staged too (rw.stage_fwd); a probe switch
+# Forward rows of >= 512-thread blocks staged too (rw.stage_fwd), one-block rows two rows ahead: 1024x32768 bf16
+# softmax 44.1 -> 42.2 us, log_softmax 41.9 -> 40.8 (layer_norm / rms_norm measured slower: 44.8 -> 49.6,
+# 36.5 -> 37.2, so norm.py stages one row ahead). Probe switches.
+STAGE_FWD = {"on": True, "two_ahead": True}
 
 
 # Backward half rows longer than one 512-thread block holds (8192 elements) and up to 32768: the wide
@@ -29,8 +32,8 @@ WIDE_BWD = {"on": True}
 WIDE_BWD_MAX = 32768
 
 
-def _name(kind: str, dtype: str, mode: str, stage: bool = False, wide: bool = False) -> str:
-    st = "true" if stage else "false"
+def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False) -> str:
+    st = rw.stage_token(stage)
     if kind == "fwd":
         return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}, {st}>"
     return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}, {st}, {rw.maxp(dtype) * (2 if wide else 1)}>"
@@ -38,7 +41,7 @@ def _name(kind: str, dtype: str, mode: str, stage: bool = False, wide: bool = Fa
 
 SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
                + [_name("bwd", t, m, True, w) for t in ("float16", "bfloat16") for m in MODES for w in (False, True)]
-               + [_name("fwd", t, m, True) for t in rw.STAGE_FWD_DTYPES for m in MODES])
+               + [_name("fwd", t, m, st) for t in rw.STAGE_FWD_DTYPES for m in MODES for st in (1, 2)])
 
 
 def _detach(x):
@@ -85,9 +88,10 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
                     occupancy=rw.occupancy(kernel, name, lambda t: stage_bytes(dtype, t)), **args)
         smem = stage_bytes(dtype, p.threads)
     elif kind == "fwd" and STAGE_FWD["on"] and rw.stage_fwd(p, dtype, al):
-        name = _name(kind, dtype, mode, stage=True)
+        stage = rw.stage_fwd(p, dtype, al, STAGE_FWD["two_ahead"])
+        name = _name(kind, dtype, mode, stage=stage)
         kernel = SOURCE.kernel(name)
-        p, smem = rw.staged_plan(kernel, name, rows, n, dtype, maxp, threads_of(kind, dtype, n), **args)
+        p, smem = rw.staged_plan(kernel, name, rows, n, dtype, maxp, threads_of(kind, dtype, n), tensors=stage, **args)
     counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE[kind])
     sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
     for phase in rw.phases(p, counter):
