@@ -34,7 +34,8 @@ __device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& 
 // (64-bit), n <= parts * packs * G * V. With parts > 1: phase 0 needs the grid co-resident, phases 1
 // then 2 are two launches of any grid (see row_parts). STAGE (aligned rows, a grid of resident blocks
 // looping over rows): dynamic shared memory of packs * blockDim.x 16-byte slots holds the next row,
-// copied (cp.async) while this one is reduced and written (a block per SM then still overlaps them).
+// copied (cp.async) while this one is reduced and written (a block per SM then still overlaps them);
+// STAGE 2: the next two rows, in two sets of slots (2 * MAXP * blockDim.x) alternating with the row's parity.
 template <typename T, int MODE, int STAGE>
 __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* x, T* y, long long rows, long long n, long long chunk,
                                                      int G, int packs, int parts, int aligned, int phase,
