@@ -134,6 +134,20 @@ def backward_case(rows, n, dtype, mode):
                 ref=ref_backward(xv, wv, bv, dyv, 1e-5, mode))
 
 
+def check_backward_from_x_and_y(c, dtype, mode, what):
+    """dx, dweight, dbias of a backward_case, from x with the saved mean / rstd and from the output y
+    (whose rounding the looser dx / dweight bounds allow for), against the reference."""
+    rdx, rdw, rdb = c["ref"]
+    tol = 3 * TOL[dtype]
+    for src, from_output in ((c["x"], False), (c["y"], True)):
+        dx, dw, db = norm_backward_impl(c["dy"], src, c["w"], c["b"], None if from_output else c["mean"], c["rstd"],
+                                        mode, from_output=from_output)
+        assert dx_err(dx, rdx, c["xv"], c["wv"], c["dyv"], 1e-5, mode) <= 2 * tol, what + (from_output,)
+        assert rel_err(dw, rdw) <= 2 * tol, what + (from_output,)
+        if mode == "layer_norm":
+            assert rel_err(db, rdb) <= tol, what + (from_output,)
+
+
 @gpu
 @pytest.mark.parametrize("dtype", ALL)
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
@@ -202,9 +216,6 @@ def test_backward_staged_rows(mode):
                            ("float16", 20000, 150), ("float16", 4104, 290), ("bfloat16", 6000, 3),
                            ("bfloat16", 16392, 70), ("float16", 16384, 40), ("float16", 40000, 30)):
         c = backward_case(rows, n, dtype, mode)
-        x, w, b, dy, y, mean, rstd = (c[k] for k in ("x", "w", "b", "dy", "y", "mean", "rstd"))
-        rdx, rdw, rdb = c["ref"]
-        tol = 3 * TOL[dtype]
         saved, saved_shared = dict(N.TWO_PACK_FROM), dict(N.SHARED_BWD)
         for on, two_pack_from, db_by_reduce, pipelined, shared_from, threads in (
                 (True, None, True, True, None, 0), (True, None, True, False, None, 0),
@@ -218,14 +229,8 @@ def test_backward_staged_rows(mode):
             if two_pack_from is not None:  # either half-type form on every length
                 N.TWO_PACK_FROM.update({m: two_pack_from for m in N.TWO_PACK_FROM})
             try:
-                for src, from_output in ((x, False), (y, True)):
-                    dx, dw, db = norm_backward_impl(dy, src, w, b, None if from_output else mean, rstd, mode,
-                                                    from_output=from_output)
-                    what = (dtype, n, on, two_pack_from, db_by_reduce, pipelined, shared_from, threads, from_output)
-                    assert dx_err(dx, rdx, c["xv"], c["wv"], c["dyv"], 1e-5, mode) <= 2 * tol, what  # y's rounding
-                    assert rel_err(dw, rdw) <= 2 * tol, what
-                    if mode == "layer_norm":
-                        assert rel_err(db, rdb) <= tol, what
+                what = (dtype, n, on, two_pack_from, db_by_reduce, pipelined, shared_from, threads)
+                check_backward_from_x_and_y(c, dtype, mode, what)
             finally:
                 N.STAGE_BWD["on"] = N.DB_BY_REDUCE["on"] = N.PIPELINE_BWD["on"] = True
                 N.SHARED_BWD.update(saved_shared)
@@ -243,16 +248,7 @@ def test_backward_shared_float32(mode):
     N.SHARED_BWD["from_float32"] = 0
     try:
         for n, rows in ((1024, 300), (4096, 200), (6000, 7), (8200, 40), (16384, 30)):
-            c = backward_case(rows, n, "float32", mode)
-            rdx, rdw, rdb = c["ref"]
-            tol = 3 * TOL["float32"]
-            for src, from_output in ((c["x"], False), (c["y"], True)):
-                dx, dw, db = norm_backward_impl(c["dy"], src, c["w"], c["b"], None if from_output else c["mean"],
-                                                c["rstd"], mode, from_output=from_output)
-                assert dx_err(dx, rdx, c["xv"], c["wv"], c["dyv"], 1e-5, mode) <= 2 * tol, (n, from_output)
-                assert rel_err(dw, rdw) <= 2 * tol, (n, from_output)
-                if mode == "layer_norm":
-                    assert rel_err(db, rdb) <= tol, (n, from_output)
+            check_backward_from_x_and_y(backward_case(rows, n, "float32", mode), "float32", mode, (n,))
     finally:
         N.SHARED_BWD.update(saved)
 

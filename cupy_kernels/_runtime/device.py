@@ -72,7 +72,7 @@ def use_shared_memory(kernel, nbytes: int, what: str = "kernel") -> None:
     """Opt `kernel` in to `nbytes` of dynamic shared memory (above 48 KB with its static shared memory needs
     the attribute). Called on every launch: the attribute is read and set once per CUfunction, not asked
     of the driver each time."""
-    if nbytes <= DEFAULT_SHARED_LIMIT // 2:
+    if nbytes <= 0:
         return
     fn = getattr(getattr(kernel, "kernel", kernel), "ptr", None)
     if fn is not None and _shared_optin.get(fn, 0) >= nbytes:

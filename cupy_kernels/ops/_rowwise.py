@@ -155,8 +155,9 @@ def stage_token(stage: int) -> str:
 def staged_plan(kernel, name: str, rows: int, n: int, dtype: str, maxp: int, max_threads: int, tensors: int = 1,
                 **args):
     """(plan, dynamic shared bytes) of a staged launch: a resident grid looping over rows, one 16-byte
-    slot per pack per thread per input tensor (above the default 48 KB window the attribute is raised:
-    64 KB for a 1024-thread forward)."""
+    slot per pack per thread per staged row segment (`tensors`: the backward's y / x and dy, or a forward
+    staged two rows ahead; above the default 48 KB window the attribute is raised: 64 KB for a 1024-thread
+    forward)."""
     from .._runtime import current, use_shared_memory
 
     smem = lambda t: tensors * maxp * t * 16  # noqa: E731

@@ -87,8 +87,7 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
         p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count, persistent=True,
                     occupancy=rw.occupancy(kernel, name, lambda t: stage_bytes(dtype, t)), **args)
         smem = stage_bytes(dtype, p.threads)
-    elif kind == "fwd" and STAGE_FWD["on"] and rw.stage_fwd(p, dtype, al):
-        stage = rw.stage_fwd(p, dtype, al, STAGE_FWD["two_ahead"])
+    elif kind == "fwd" and STAGE_FWD["on"] and (stage := rw.stage_fwd(p, dtype, al, STAGE_FWD["two_ahead"])):
         name = _name(kind, dtype, mode, stage=stage)
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, maxp, threads_of(kind, dtype, n), tensors=stage, **args)
