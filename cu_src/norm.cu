@@ -21,6 +21,38 @@ template <typename T, int PACKS> struct NormBwdThreads {
 };
 template <typename T, int PACKS> struct NormBwdMinBlocks { static constexpr int value = sizeof(T) == 2 && PACKS == 1 ? 1 : 2; };
 
+// The row statistics from the parts' (segment mean, M2) pairs (layer, Chan et al.: M2 = sum over parts
+// of M2_q + n_q * (mean_q - mean)^2) or sums of squares (rms: m2 = their sum, mean unchanged); parallel
+// over the parts, then block reductions in fixed order (every block of a row gets the same result).
+template <int MODE, typename A>
+__device__ __forceinline__ void combine_norm_parts(const A* sl, int parts, long long chunk, long long n, A inv_n,
+                                                   A& mean, A& m2, A* scratch) {
+  if (MODE == LAYER) {
+    A total = A(0);
+    for (int q = threadIdx.x; q < parts; q += blockDim.x) total += ld_part(sl + 2 * q) * A(min(chunk, n - q * chunk));
+    mean = block_reduce<SumOp>(total, scratch) * inv_n;
+    m2 = A(0);
+    for (int q = threadIdx.x; q < parts; q += blockDim.x) {
+      const A nq = A(min(chunk, n - q * chunk));
+      const A dq = ld_part(sl + 2 * q) - mean;
+      m2 += ld_part(sl + 2 * q + 1) + nq * dq * dq;
+    }
+    m2 = block_reduce<SumOp>(m2, scratch);
+  } else {
+    A t[1];
+    sum_parts<A, 1>(sl, parts, t, scratch);
+    m2 = t[0];
+  }
+}
+
+// Output element e of a pack from x: (x - mean) * rstd * w + b (layer), x * rstd * w (rms: mean 0).
+template <int MODE, typename T, typename A>
+__device__ __forceinline__ A norm_out(const typename Vec16<T>::type& xp, const typename Vec16<T>::type& wp,
+                                      const typename Vec16<T>::type& bp, int e, A mean, A rstd) {
+  const A xh = (elem<A>(xp, e) - mean) * rstd;
+  return MODE == LAYER ? xh * elem<A>(wp, e) + elem<A>(bp, e) : xh * elem<A>(wp, e);
+}
+
 // Launch: 1-D grid of blocks of G * groups threads (<= FwdThreads: 1024, float64 512; G = block when
 // G > 32); block b takes
 // segment b % parts of rows (b / parts) * groups + group + k * (grid / parts) * groups. w / b may be
@@ -121,17 +153,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
         const A mine[2] = {seg_mean, m2};
         const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
         if (phase == 1) continue;
-        // Parallel over the parts, then block reductions in fixed order (as sum_parts).
-        A total = A(0);
-        for (int q = threadIdx.x; q < parts; q += blockDim.x) total += ld_part(sl + 2 * q) * A(min(chunk, n - q * chunk));
-        mean = block_reduce<SumOp>(total, scratch_mem) * inv_n;  // after the exchange's barrier
-        m2 = A(0);
-        for (int q = threadIdx.x; q < parts; q += blockDim.x) {
-          const A nq = A(min(chunk, n - q * chunk));
-          const A dq = ld_part(sl + 2 * q) - mean;
-          m2 += ld_part(sl + 2 * q + 1) + nq * dq * dq;
-        }
-        m2 = block_reduce<SumOp>(m2, scratch_mem);
+        combine_norm_parts<LAYER>(sl, parts, chunk, n, inv_n, mean, m2, scratch_mem);  // after the exchange's barrier
       }
       rstd = acc_rsqrt<A>(m2 * inv_n + eps);
     } else {
@@ -149,9 +171,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
         const A mine[1] = {ss};
         const A* sl = row_parts<A, 1>(mine, slots, sync, row, part, parts, phase);
         if (phase == 1) continue;
-        A t[1];
-        sum_parts<A, 1>(sl, parts, t, scratch_mem);
-        ss = t[0];
+        combine_norm_parts<RMS>(sl, parts, chunk, n, inv_n, mean, ss, scratch_mem);
       }
       rstd = acc_rsqrt<A>(ss * inv_n + eps);
     }
@@ -166,16 +186,92 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
       if (p < packs) {
         const P wp = column_pack<T>(wb, p, L, 1.f), bp = column_pack<T>(bb, p, L, 0.f);
         P o;
-        auto out = [&](int e) -> A {
-          const A xh = (elem<A>(r[p], e) - mean) * rstd;
-          return MODE == LAYER ? xh * elem<A>(wp, e) + elem<A>(bp, e) : xh * elem<A>(wp, e);
-        };
+        auto out = [&](int e) -> A { return norm_out<MODE, T>(r[p], wp, bp, e, mean, rstd); };
 #pragma unroll
         for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
         store_pack<T>(yr, o, p, L);
       }
     }
   }
+}
+
+// The sum of f(element) over this thread's elements of a pipelined_parts set (one input).
+template <typename T, int MAXP, typename F>
+__device__ __forceinline__ float own_sum(const typename Vec16<T>::type* set, const RowLayout<T>& L, F f) {
+  float acc = 0.f;
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p)
+    if (p < L.packs && L.at(p) < L.len) {
+      const typename Vec16<T>::type v = own_slot<MAXP>(set, 0, p);
+#pragma unroll
+      for (int e = 0; e < L.V; ++e) acc += f(elem<float>(v, e));
+    }
+  return acc;
+}
+
+// Long rows over `parts` co-resident blocks, pipelined (pipelined_parts in rows.cuh, as softmax_fwd_parts):
+// one read of x, one write of y, each row's exchange overlapped with the next row's reduction. A segment's
+// statistics are exact two-pass sums from shared memory (mean, then M2 around it).
+// Launch: grid = parts * row groups, every block resident; blocks of <= 512 threads; dynamic shared memory
+// of 3 * MAXP * blockDim.x 16-byte slots; n <= parts * packs * blockDim.x * V; aligned rows, float
+// accumulators (words: rows * parts * 2 zeroed 64-bit tagged slots). In place allowed (y == x).
+template <typename T, int MODE>
+__global__ void __launch_bounds__(512, 2) norm_fwd_parts(const T* x, T* y, const T* __restrict__ w,
+                                                         const T* __restrict__ b, float* __restrict__ mean_out,
+                                                         float* __restrict__ rstd_out, long long rows, long long n,
+                                                         long long chunk, int packs, int parts, float eps,
+                                                         float inv_n, unsigned long long* words) {
+  typedef typename Vec16<T>::type P;
+  constexpr int V = Vec16<T>::N;
+  constexpr int MAXP = FwdPacks<T>::value;
+  constexpr int K = MODE == LAYER ? 2 : 1;  // published per part: (mean, M2) or the sum of squares
+  __shared__ float scratch_mem[2 * 2 * 32 + 32];
+  RowScratch<float, 2> scratch{scratch_mem};  // the reductions; the last 32: combining the parts
+  const int part = blockIdx.x % parts;
+  const long long begin = part * chunk;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true};
+  const float inv_len = 1.f / L.len;
+  const T* wb = w ? w + begin : nullptr;
+  const T* bb = b ? b + begin : nullptr;
+  const T* const src[1] = {x};
+  auto reduce = [&](long long row, const P* set) {
+    float mine[K];
+    if (MODE == LAYER) {
+      const float mean = block_reduce<SumOp, true>(own_sum<T, MAXP>(set, L, [](float v) { return v; }),
+                                                   scratch.at(0)) * inv_len;
+      const float m2 = own_sum<T, MAXP>(set, L, [=](float v) { return (v - mean) * (v - mean); });
+      mine[0] = mean;
+      mine[K - 1] = block_reduce<SumOp, true>(m2, scratch.at(1));
+    } else {
+      mine[0] = block_reduce<SumOp, true>(own_sum<T, MAXP>(set, L, [](float v) { return v * v; }), scratch.at(0));
+    }
+    scratch.next_row();
+    publish_tagged<K>(mine, words, row, part, parts);
+  };
+  auto write = [&](long long row, const P* set) {
+    float mean = 0.f, m2;
+    combine_norm_parts<MODE>(collect_tagged<K>(words, row, parts), parts, chunk, n, inv_n, mean, m2,
+                             scratch_mem + 4 * 32);
+    const float rstd = acc_rsqrt<float>(m2 * inv_n + eps);
+    if (part == 0 && threadIdx.x == 0) {
+      if (mean_out) mean_out[row] = mean;
+      if (rstd_out) rstd_out[row] = rstd;
+    }
+    T* yr = y + row * n + begin;
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p) {
+      if (p < packs) {
+        const P v = own_slot<MAXP>(set, 0, p);
+        const P wp = column_pack<T>(wb, p, L, 1.f), bp = column_pack<T>(bb, p, L, 0.f);
+        P o;
+        auto out = [&](int e) -> float { return norm_out<MODE, T>(v, wp, bp, e, mean, rstd); };
+#pragma unroll
+        for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
+        store_pack<T>(yr, o, p, L);
+      }
+    }
+  };
+  pipelined_parts<T, MAXP, 1>(src, rows, n, begin, parts, L, reduce, write);
 }
 
 // Backward. With FROM_OUTPUT = 0, src is the forward input x and mean / rstd the saved statistics

@@ -28,6 +28,13 @@ __device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& 
   sum = block_reduce<SumOp>(S, scratch);
 }
 
+// One output pack of the forward from an input pack: exp(x - m) * inv (softmax) or x - m - ls.
+// One output element of the forward from d = x - m: exp(d) * inv (softmax) or d - ls, ls = log(sum).
+template <int MODE, typename A>
+__device__ __forceinline__ A softmax_out(A d, A inv, A ls) {
+  return MODE == SOFTMAX ? fast_exp<A>(d) * inv : d - ls;
+}
+
 // Launch: 1-D grid of blocks of G * groups threads (<= FwdThreads: 1024, float64 512; G = block when
 // G > 32). Block b takes
 // segment b % parts of rows (b / parts) * groups + group + k * (grid / parts) * groups. Any row count
@@ -90,16 +97,73 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
         P o;
-        auto out = [&](int e) -> A {
-          const A d = elem<A>(r[p], e) - m;
-          return MODE == SOFTMAX ? fast_exp<A>(d) * inv : d - ls;
-        };
+        auto out = [&](int e) { return softmax_out<MODE>(elem<A>(r[p], e) - m, inv, ls); };
 #pragma unroll
         for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
         store_pack<T>(yr, o, p, L);
       }
     }
   }
+}
+
+// Long rows over `parts` co-resident blocks, pipelined (pipelined_parts in rows.cuh): one read of x, one
+// write of y, and each row's exchange of partial statistics overlapped with the next row's reduction.
+// Launch: grid = parts * row groups, every block resident; blocks of <= 512 threads; dynamic shared memory
+// of 3 * MAXP * blockDim.x 16-byte slots (96 KB at 512); n <= parts * packs * blockDim.x * V; aligned rows,
+// float accumulators (words: rows * parts * 2 zeroed 64-bit tagged slots). In place allowed (y == x).
+template <typename T, int MODE>
+__global__ void __launch_bounds__(512, 2) softmax_fwd_parts(const T* x, T* y, long long rows, long long n,
+                                                            long long chunk, int packs, int parts,
+                                                            unsigned long long* words) {
+  typedef typename Vec16<T>::type P;
+  constexpr int V = Vec16<T>::N;
+  constexpr int MAXP = FwdPacks<T>::value;
+  __shared__ float scratch_mem[2 * 2 * 32 + 32];
+  RowScratch<float, 2> scratch{scratch_mem};  // the reductions; the last 32: combining the parts
+  const int part = blockIdx.x % parts;
+  const long long begin = part * chunk;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true};
+  const T* const src[1] = {x};
+  auto reduce = [&](long long row, const P* set) {
+    float m = lowest<float>(), s = 0.f;
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p)
+      if (p < packs && L.at(p) < L.len) {
+        const P v = own_slot<MAXP>(set, 0, p);
+#pragma unroll
+        for (int e = 0; e < V; ++e) m = MaxOp::combine(m, elem<float>(v, e));
+      }
+    m = block_reduce<MaxOp, true>(m, scratch.at(0));
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p)
+      if (p < packs && L.at(p) < L.len) {
+        const P v = own_slot<MAXP>(set, 0, p);
+#pragma unroll
+        for (int e = 0; e < V; ++e) s += fast_exp<float>(elem<float>(v, e) - m);
+      }
+    s = block_reduce<SumOp, true>(s, scratch.at(1));
+    scratch.next_row();
+    const float mine[2] = {m, s};
+    publish_tagged<2>(mine, words, row, part, parts);
+  };
+  auto write = [&](long long row, const P* set) {
+    float m, s;
+    combine_softmax_parts(collect_tagged<2>(words, row, parts), parts, m, s, scratch_mem + 4 * 32);
+    const float inv = 1.f / s, ls = acc_log<float>(s);
+    T* yr = y + row * n + begin;
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p) {
+      if (p < packs) {
+        const P v = own_slot<MAXP>(set, 0, p);
+        P o;
+        auto out = [&](int e) { return softmax_out<MODE>(elem<float>(v, e) - m, inv, ls); };
+#pragma unroll
+        for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
+        store_pack<T>(yr, o, p, L);
+      }
+    }
+  };
+  pipelined_parts<T, MAXP, 1>(src, rows, n, begin, parts, L, reduce, write);
 }
 
 // Backward from the output y and its gradient dy (dx may be dy):

@@ -202,6 +202,38 @@ def test_forward_staged_rows(mode):
 
 @gpu
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
+def test_forward_pipelined_parts(mode):
+    """Long rows over several blocks, pipelined (norm_fwd_parts): blocks with one, two and many rows (the
+    pipeline's fill and drain), a short last part, rows far from zero mean (the segments' exact two-pass
+    statistics), with and without the affine, in place, and the saved statistics; the one-launch exchange
+    it replaces gives the same within rounding."""
+    from cupy_kernels.ops import norm as N
+
+    for dtype, n, rows in (("float32", 262144, 40), ("float32", 70004, 300), ("bfloat16", 100000, 2),
+                           ("float16", 65544, 257), ("bfloat16", 40000, 1), ("float32", 16388, 3)):
+        host = rng().standard_normal((rows, n)) * 2 + 0.5
+        host[::2] += 300.0  # mean / std 150: one-pass sums around zero would cancel
+        x, xv = cupy_array(host, dtype), rounded(host, dtype)
+        p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), fwd_threads(dtype, n), SMS)
+        assert p.parts > 1 and rw.pipelined_plan(N.SOURCE, N._parts(dtype, mode), p, dtype, 1,
+                                                  rw.fwd_maxp(dtype)), (dtype, n)
+        for with_affine in (True, False):
+            w, b, wv, bv = affine(n, dtype, mode, with_affine, with_affine)
+            want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
+            what = (dtype, n, with_affine)
+            y, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
+            assert rel_err(y, want) <= TOL[dtype] and rel_err(rstd, want_rstd[:, 0]) <= 1e-5, what
+            if mode == "layer_norm":
+                assert rel_err(mean, xv.mean(-1)) <= 1e-6, what
+            ex = norm_forward_impl(x, w, b, 1e-5, mode, variant="exchange")[0]
+            assert rel_err(y, to_f64(ex)) <= TOL[dtype], what
+            x2 = x.copy()
+            norm_forward_impl(x2, w, b, 1e-5, mode, inplace=True)
+            np.testing.assert_array_equal(to_f64(x2), to_f64(y))
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_staged_rows(mode):
     """The half-type backward forms: one pack per thread (1024-thread blocks), staged (next row's x or y
     and dy in shared memory) and not, pipelined (two rows in flight, one block per row) and not, two

@@ -240,6 +240,39 @@ def test_forward_staged_rows(mode):
 
 
 @gpu
+@pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
+def test_forward_pipelined_parts(mode):
+    """Long rows over several blocks, pipelined (softmax_fwd_parts): blocks with one, two and many rows (the
+    pipeline's fill and drain), a short last part, -inf in a whole segment, a row all -inf and a NaN row,
+    in place; against the reference and the one-launch exchange it replaces."""
+    from cupy_kernels.ops import softmax as S
+
+    ref = ref_softmax if mode == "softmax" else ref_log_softmax
+    for dtype, n, rows in (("float32", 262144, 40), ("float32", 70004, 300), ("bfloat16", 100000, 2),
+                           ("float16", 65544, 257), ("bfloat16", 40000, 1), ("float32", 16388, 3)):
+        host = rng().standard_normal((rows, n)) * 3
+        if rows > 3:
+            host[0, : n // 2 + 1] = -np.inf
+            host[1] = -np.inf
+            host[2, n // 3] = np.nan
+        x, xv = cupy_array(host, dtype), rounded(host, dtype)
+        want = ref(xv)
+        p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), threads_of("fwd", dtype, n), SMS)
+        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(mode, dtype), p, dtype, 1,
+                                                  rw.fwd_maxp(dtype)), (dtype, n)
+        got = to_f64(softmax_impl(x, -1, mode))
+        ok = np.isfinite(want)
+        assert (np.isnan(got) == np.isnan(want)).all() and (np.isinf(got) == np.isinf(want)).all(), (dtype, n)
+        np.testing.assert_allclose(got[ok], want[ok], rtol=10 * TOL[dtype], atol=TOL[dtype])
+        assert rel_err(got[3:], want[3:]) <= TOL[dtype], (dtype, n)
+        np.testing.assert_array_equal(got, to_f64(softmax_impl(x, -1, mode, "exchange")))  # same sums, same order
+        if mode == "softmax":
+            x2 = x.copy()
+            ck.softmax_(x2)
+            np.testing.assert_array_equal(to_f64(x2), got)
+
+
+@gpu
 @pytest.mark.parametrize("dtype", ALL)
 def test_inplace_matches_out_of_place(dtype):
     for n in (1, 100, 3000, 20001):

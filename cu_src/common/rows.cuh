@@ -377,14 +377,18 @@ __device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long
   return v;
 }
 template <int K>
-__device__ __noinline__ const float* exchange_tagged(const float (&v)[K], unsigned long long* words, long long row,
-                                                        int part, int parts) {
-  float* got = parts_copy<float>();
+__device__ __forceinline__ void publish_tagged(const float (&v)[K], unsigned long long* words, long long row, int part,
+                                               int parts) {
   unsigned long long* s = words + row * parts * K;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int k = 0; k < K; ++k) st_relaxed_u64(s + part * K + k, (1ull << 32) | __float_as_uint(v[k]));
   }
+}
+template <int K>
+__device__ __forceinline__ const float* collect_tagged(const unsigned long long* words, long long row, int parts) {
+  float* got = parts_copy<float>();
+  const unsigned long long* s = words + row * parts * K;
   for (int i = threadIdx.x; i < parts * K; i += blockDim.x) {
     unsigned long long x;
     while (((x = ld_relaxed_u64(s + i)) >> 32) == 0) __nanosleep(32);
@@ -392,6 +396,55 @@ __device__ __noinline__ const float* exchange_tagged(const float (&v)[K], unsign
   }
   __syncthreads();
   return got;
+}
+template <int K>
+__device__ __noinline__ const float* exchange_tagged(const float (&v)[K], unsigned long long* words, long long row,
+                                                        int part, int parts) {
+  publish_tagged<K>(v, words, row, part, parts);
+  return collect_tagged<K>(words, row, parts);
+}
+
+// Rows split over `parts` co-resident blocks, pipelined: each block's segment of a row is staged in one
+// of three sets of shared slots (TENSORS inputs of MAXP packs per thread each), and while row j's partial
+// statistics travel to the row's other blocks, row j + 1 is reduced and row j + 2 is loading. So no
+// block waits on the exchange with nothing to do (the one-launch exchange above waits once per row).
+//   reduce(row, set): the set holds this thread's packs of the row (slot p of input t of thread i at
+//                     set[(t * MAXP + p) * blockDim.x + i]); publish the block's partials (publish_tagged)
+//   write(row, set):  collect the row's partials (collect_tagged), combine them, write the output
+// The block's rows are blockIdx.x / parts + k * (gridDim.x / parts); the callers' reductions must
+// tolerate a reduce directly after a reduce (RowScratch's alternating sets). Aligned segments only.
+// Pack p of input t of this thread in a pipelined_parts set.
+template <int MAXP, typename P>
+__device__ __forceinline__ P own_slot(const P* set, int t, int p) {
+  return set[(t * MAXP + p) * blockDim.x + threadIdx.x];
+}
+template <typename T, int MAXP, int TENSORS, typename Reduce, typename Write>
+__device__ __forceinline__ void pipelined_parts(const T* const (&src)[TENSORS], long long rows, long long n,
+                                                long long begin, int parts, const RowLayout<T>& L, Reduce reduce,
+                                                Write write) {
+  typedef typename Vec16<T>::type P;
+  extern __shared__ int4 staged[];
+  const int per_set = TENSORS * MAXP * blockDim.x;
+  const long long first = blockIdx.x / parts, step = gridDim.x / parts;
+  const long long count = first < rows ? (rows - 1 - first) / step + 1 : 0;
+  auto set = [&](long long j) { return reinterpret_cast<P*>(staged) + (int)(j % 3) * per_set; };
+  auto stage = [&](long long j) {
+    if (j < count)
+#pragma unroll
+      for (int t = 0; t < TENSORS; ++t)
+        stage_packs<T, MAXP>(set(j) + t * MAXP * blockDim.x, src[t] + (first + j * step) * n + begin, L);
+    cp_async_commit();  // possibly empty: the waits count groups
+  };
+  stage(0);
+  stage(1);
+  for (long long j = 0; j <= count; ++j) {
+    if (j < count) {
+      cp_async_wait<1>();  // row j's group (row j + 1's may still be in flight)
+      reduce(first + j * step, set(j));
+    }
+    if (j > 0) write(first + (j - 1) * step, set(j - 1));
+    stage(j + 2);  // into the set row j - 1 just left
+  }
 }
 
 // A value of the parts' slots: the exchange's shared copy (one launch) or global memory written by

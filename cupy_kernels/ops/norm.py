@@ -77,6 +77,10 @@ def _fwd(dtype, mode, stage=0):
     return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {rw.stage_token(stage)}>"
 
 
+def _parts(dtype, mode):
+    return f"norm_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}>"
+
+
 def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True):
     st = "true" if stage else "false"
     return (f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {st}, {packs}"
@@ -139,6 +143,7 @@ def _colsum(dtype):
 
 SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_fwd(t, m, True) for t in rw.STAGE_FWD_DTYPES for m in MODES]
+               + [_parts(t, m) for t in rw.STAGE_FWD_DTYPES for m in MODES]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
                + [_bwd(t, m, f, st, 1) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
                   for st in (False, True)]
@@ -220,22 +225,31 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
             p = rw.plan(rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), current().sm_count,
                         occupancy=rw.occupancy(kernel, name), **args)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
-            smem = 0
-            # layer_norm over several blocks per row measured 2% slower staged (256x262144 float32)
-            stage = rw.stage_fwd(p, dtype, al) if STAGE_FWD["on"] and (mode == "rms_norm" or p.parts == 1) else 0
-            if stage:
-                name = _fwd(dtype, mode, stage=stage)
-                kernel = SOURCE.kernel(name)
-                p, smem = rw.staged_plan(kernel, name, rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n),
-                                         tensors=stage, **args)
-            counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["fwd"])
-            sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
-            for phase in rw.phases(p, counter):
+            pp = variant == "auto" and rw.pipelined_plan(SOURCE, _parts(dtype, mode), p, dtype, al, fwd_maxp(dtype))
+            if pp:
+                kernel, p, smem = pp
+                _, words = rw.exchange_buffers(call, p, dtype)
                 kernel((p.grid,), (p.threads,),
                        (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
-                        np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
-                        rw.ACC_SCALAR[acc](eps), rw.ACC_SCALAR[acc](1.0 / n), np.int32(phase), sync, slots),
-                       shared_mem=smem)
+                        np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts), np.float32(eps), np.float32(1.0 / n),
+                        words), shared_mem=smem)
+            else:
+                smem = 0
+                # layer_norm over several blocks per row measured 2% slower staged (256x262144 float32)
+                stage = rw.stage_fwd(p, dtype, al) if STAGE_FWD["on"] and (mode == "rms_norm" or p.parts == 1) else 0
+                if stage:
+                    name = _fwd(dtype, mode, stage=stage)
+                    kernel = SOURCE.kernel(name)
+                    p, smem = rw.staged_plan(kernel, name, rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n),
+                                             tensors=stage, **args)
+                counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["fwd"])
+                sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
+                for phase in rw.phases(p, counter):
+                    kernel((p.grid,), (p.threads,),
+                           (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
+                            np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
+                            rw.ACC_SCALAR[acc](eps), rw.ACC_SCALAR[acc](1.0 / n), np.int32(phase), sync, slots),
+                           shared_mem=smem)
         elif rows and rstd is not None:  # n == 0: mean of nothing, like torch
             rstd.fill(np.nan)
             if mean is not None:
