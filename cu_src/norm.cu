@@ -225,8 +225,8 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_parts(const T* x, T* y, const
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = FwdPacks<T>::value;
   constexpr int K = MODE == LAYER ? 2 : 1;  // published per part: (mean, M2) or the sum of squares
-  __shared__ float scratch_mem[2 * 2 * 32 + 32];
-  RowScratch<float, 2> scratch{scratch_mem};  // the reductions; the last 32: combining the parts
+  __shared__ float scratch_mem[2 * 2 * 32];
+  RowScratch<float, 2> scratch{scratch_mem};
   const int part = blockIdx.x % parts;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true};
@@ -249,9 +249,18 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_parts(const T* x, T* y, const
     publish_tagged<K>(mine, words, row, part, parts);
   };
   auto write = [&](long long row, const P* set) {
+    const float* got = collect_tagged<K>(words, row, parts);
     float mean = 0.f, m2;
-    combine_norm_parts<MODE>(collect_tagged<K>(words, row, parts), parts, chunk, n, inv_n, mean, m2,
-                             scratch_mem + 4 * 32);
+    if (MODE == LAYER) {  // Chan et al., as combine_norm_parts
+      auto len = [&](int q) { return float(min(chunk, n - q * chunk)); };
+      mean = warp_combine<SumOp>(parts, [&](int q) { return got[2 * q] * len(q); }) * inv_n;
+      m2 = warp_combine<SumOp>(parts, [&](int q) {
+        const float dq = got[2 * q] - mean;
+        return got[2 * q + 1] + len(q) * dq * dq;
+      });
+    } else {
+      m2 = warp_combine<SumOp>(parts, [&](int q) { return got[q]; });
+    }
     const float rstd = acc_rsqrt<float>(m2 * inv_n + eps);
     if (part == 0 && threadIdx.x == 0) {
       if (mean_out) mean_out[row] = mean;
@@ -709,11 +718,86 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
   }
 }
 
+// Long rows over `parts` co-resident blocks, pipelined (pipelined_parts in rows.cuh), each set holding the
+// thread's packs of src (x or y) and dy: a row's exchange of (sum g, sum g * xhat) overlaps the next row's
+// sums. Each thread keeps its columns' dweight / dbias sums in registers over its block's rows and writes
+// them to partial row blockIdx.x / parts (column_sum adds them). Arithmetic as norm_bwd.
+// Launch: grid = parts * row groups, every block resident; blocks of <= 512 threads; dynamic shared memory
+// of 3 * 2 * MAXP * blockDim.x 16-byte slots (MAXP = RowPacks: 192 KB for float32 at 512, one block per SM);
+// n <= parts * packs * blockDim.x * V; aligned rows (words: rows * parts * 2 zeroed 64-bit tagged slots).
+template <typename T, int MODE, int FROM_OUTPUT>
+__global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
+                                                         const T* __restrict__ w, const T* __restrict__ b,
+                                                         const float* __restrict__ mean_in,
+                                                         const float* __restrict__ rstd_in, float* __restrict__ dw_part,
+                                                         float* __restrict__ db_part, long long rows, long long n,
+                                                         float inv_n, long long chunk, int packs, int parts,
+                                                         unsigned long long* words) {
+  typedef typename Vec16<T>::type P;
+  constexpr int V = Vec16<T>::N;
+  constexpr int MAXP = RowPacks<T>::value;
+  constexpr int K = MAXP * V;  // accumulator slots per thread: slot p * V + e
+  constexpr bool DBS = MODE == LAYER;
+  __shared__ float scratch_mem[2 * 64];
+  RowScratch<float, 2> scratch{scratch_mem};  // the pair reductions
+  const int part = blockIdx.x % parts;
+  const long long begin = part * chunk;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true};
+  const T* wb = w ? w + begin : nullptr;
+  const T* bb = b ? b + begin : nullptr;
+  float aw[K], ab[DBS ? K : 1];
+#pragma unroll
+  for (int k = 0; k < K; ++k) aw[k] = 0.f;
+#pragma unroll
+  for (int k = 0; k < (DBS ? K : 1); ++k) ab[k] = 0.f;
+  const T* const src2[2] = {src, dy};
+  auto mean_of = [&](long long row) { return MODE == LAYER && !FROM_OUTPUT ? mean_in[row] : 0.f; };
+  auto reduce = [&](long long row, const P* set) {
+    const float mean = mean_of(row), rstd = rstd_in[row];
+    float c1 = 0.f, c2 = 0.f;
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p)
+      if (p < packs && L.at(p) < L.len)
+        bwd_sums_pack<T, MODE, FROM_OUTPUT>(own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p),
+                                            column_pack<T>(wb, p, L, 1.f), column_pack<T>(bb, p, L, 0.f), mean,
+                                            rstd, c1, c2);
+    if (!FROM_OUTPUT) c2 *= rstd;
+    row_reduce2<true>(c1, c2, blockDim.x, 0xffffffffu, scratch.at(0));  // at(0), at(1)
+    scratch.next_row();
+    const float mine[2] = {c1, c2};
+    publish_tagged<2>(mine, words, row, part, parts);
+  };
+  auto write = [&](long long row, const P* set) {
+    const float* got = collect_tagged<2>(words, row, parts);
+    const float c[2] = {warp_combine<SumOp>(parts, [&](int q) { return got[2 * q]; }),
+                        warp_combine<SumOp>(parts, [&](int q) { return got[2 * q + 1]; })};
+    const float mean = mean_of(row), rstd = rstd_in[row];
+    T* dxr = dx + row * n + begin;
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p) {
+      if (p < packs && L.at(p) < L.len) {
+        P o;
+        bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p),
+                                                  column_pack<T, true>(wb, p, L, 1.f),
+                                                  column_pack<T, true>(bb, p, L, 0.f), mean, rstd, c[0] * inv_n,
+                                                  c[1] * inv_n, o, aw + p * V, DBS ? ab + p * V : ab);
+        store_pack<T>(dxr, o, p, L);
+      }
+    }
+  };
+  pipelined_parts<T, MAXP, 2>(src2, rows, n, begin, parts, L, reduce, write);
+  const long long rg = blockIdx.x / parts;
+  if (dw_part) store_column_sums<T, MAXP>(dw_part + rg * n + begin, aw, L);
+  if (DBS && db_part) store_column_sums<T, MAXP>(db_part + rg * n + begin, ab, L);
+}
+
 // dweight / dbias from the partial rows: out[col] = sum over r partial rows. Thread (x, y) of a
-// 32 x 32 block sums rows y, y + 32, ... of column x (independent loads, many in flight), then warp
-// w adds the 32 sums of column w with a fixed butterfly. Deterministic.
-// Launch: grid (ceil(n / 32), 2: y = 0 weight, 1 bias), block (32, 32). p1 / o1 may be null.
-template <typename T>
+// 32 x Y block sums rows y, y + Y, ... of its CW consecutive columns (independent loads, many in flight);
+// then with Y = 32 warp w adds the 32 sums of column w with a fixed butterfly, with a shorter Y thread
+// (x, 0) adds its columns' Y sums in order. Deterministic. The host picks Y (few partial rows: a short Y,
+// no idle threads) and CW (4 for long rows of a multiple of 4: fewer blocks).
+// Launch: grid (ceil(n / (32 * CW)), 2: y = 0 weight, 1 bias), block (32, Y). p1 / o1 may be null.
+template <typename T, int CW, int Y>
 __global__ void __launch_bounds__(1024) column_sum(const typename AccOf<T>::type* __restrict__ p0,
                                                    const typename AccOf<T>::type* __restrict__ p1, T* o0, T* o1,
                                                    long long r, long long n) {
@@ -721,15 +805,33 @@ __global__ void __launch_bounds__(1024) column_sum(const typename AccOf<T>::type
   const A* p = blockIdx.y ? p1 : p0;
   T* o = blockIdx.y ? o1 : o0;
   if (p == nullptr) return;  // uniform over the block
-  __shared__ A part[32][33];
-  const long long col = (long long)blockIdx.x * 32 + threadIdx.x;
-  A acc = A(0);
-  if (col < n)
+  __shared__ A part[CW][Y][33];
+  const long long col = ((long long)blockIdx.x * 32 + threadIdx.x) * CW;
+  A acc[CW];
+#pragma unroll
+  for (int k = 0; k < CW; ++k) acc[k] = A(0);
+  if (col < n)  // CW = 4: n a multiple of 4
 #pragma unroll 8
-    for (long long i = threadIdx.y; i < r; i += 32) acc += p[i * n + col];
-  part[threadIdx.y][threadIdx.x] = acc;
+    for (long long i = threadIdx.y; i < r; i += Y)
+#pragma unroll
+      for (int k = 0; k < CW; ++k) acc[k] += p[i * n + col + k];
+#pragma unroll
+  for (int k = 0; k < CW; ++k) part[k][threadIdx.y][threadIdx.x] = acc[k];
   __syncthreads();
-  A s = group_reduce<SumOp>(part[threadIdx.x][threadIdx.y], 32);  // warp y: column y, lane x: rows x, x + 32, ...
-  const long long c = (long long)blockIdx.x * 32 + threadIdx.y;
-  if (threadIdx.x == 0 && c < n) o[c] = cast<T>(s);
+  if constexpr (Y == 32) {
+#pragma unroll
+    for (int k = 0; k < CW; ++k) {
+      A s = group_reduce<SumOp>(part[k][threadIdx.x][threadIdx.y], 32);  // warp y: column y, lane x: rows x, ...
+      const long long c = ((long long)blockIdx.x * 32 + threadIdx.y) * CW + k;
+      if (threadIdx.x == 0 && c < n) o[c] = cast<T>(s);
+    }
+  } else if (threadIdx.y == 0 && col < n) {
+#pragma unroll
+    for (int k = 0; k < CW; ++k) {
+      A s = part[k][0][threadIdx.x];
+#pragma unroll
+      for (int y = 1; y < Y; ++y) s += part[k][y][threadIdx.x];
+      o[col + k] = cast<T>(s);
+    }
+  }
 }

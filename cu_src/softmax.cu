@@ -118,8 +118,8 @@ __global__ void __launch_bounds__(512, 2) softmax_fwd_parts(const T* x, T* y, lo
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = FwdPacks<T>::value;
-  __shared__ float scratch_mem[2 * 2 * 32 + 32];
-  RowScratch<float, 2> scratch{scratch_mem};  // the reductions; the last 32: combining the parts
+  __shared__ float scratch_mem[2 * 2 * 32];
+  RowScratch<float, 2> scratch{scratch_mem};
   const int part = blockIdx.x % parts;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true};
@@ -147,8 +147,11 @@ __global__ void __launch_bounds__(512, 2) softmax_fwd_parts(const T* x, T* y, lo
     publish_tagged<2>(mine, words, row, part, parts);
   };
   auto write = [&](long long row, const P* set) {
-    float m, s;
-    combine_softmax_parts(collect_tagged<2>(words, row, parts), parts, m, s, scratch_mem + 4 * 32);
+    const float* got = collect_tagged<2>(words, row, parts);
+    const float m = warp_combine<MaxOp>(parts, [&](int q) { return got[2 * q]; });
+    const float s = warp_combine<SumOp>(parts, [&](int q) {  // a part whose max is -inf adds nothing
+      return got[2 * q] == lowest<float>() ? 0.f : got[2 * q + 1] * fast_exp<float>(got[2 * q] - m);
+    });
     const float inv = 1.f / s, ls = acc_log<float>(s);
     T* yr = y + row * n + begin;
 #pragma unroll
@@ -164,6 +167,16 @@ __global__ void __launch_bounds__(512, 2) softmax_fwd_parts(const T* x, T* y, lo
     }
   };
   pipelined_parts<T, MAXP, 1>(src, rows, n, begin, parts, L, reduce, write);
+}
+
+// The backward's row sum c adds dy * y (softmax) or dy (log_softmax); dx = y * (dy - c) or dy - exp(y) * c.
+template <int MODE, typename A>
+__device__ __forceinline__ A softmax_grad_term(A y, A g) {
+  return MODE == SOFTMAX ? g * y : g;
+}
+template <int MODE, typename A>
+__device__ __forceinline__ A softmax_grad(A y, A g, A c) {
+  return MODE == SOFTMAX ? y * (g - c) : g - fast_exp<A>(y) * c;
 }
 
 // Backward from the output y and its gradient dy (dx may be dy):
@@ -211,7 +224,7 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
     for (int p = 0; p < MAXP; ++p)
       if (p < packs)
 #pragma unroll
-        for (int e = 0; e < V; ++e) c += MODE == SOFTMAX ? elem<A>(rd[p], e) * elem<A>(ry[p], e) : elem<A>(rd[p], e);
+        for (int e = 0; e < V; ++e) c += softmax_grad_term<MODE>(elem<A>(ry[p], e), elem<A>(rd[p], e));
     c = row_reduce<SumOp>(c, G, mask, scratch);
     if (parts > 1) {
       const A mine[1] = {c};
@@ -227,14 +240,61 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
         P o;
-        auto out = [&](int e) -> A {
-          const A yv = elem<A>(ry[p], e), g = elem<A>(rd[p], e);
-          return MODE == SOFTMAX ? yv * (g - c) : g - fast_exp<A>(yv) * c;
-        };
+        auto out = [&](int e) { return softmax_grad<MODE>(elem<A>(ry[p], e), elem<A>(rd[p], e), c); };
 #pragma unroll
         for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
         store_pack<T>(dx + off, o, p, L);
       }
     }
   }
+}
+
+// Long rows over `parts` co-resident blocks, pipelined as softmax_fwd_parts, with each set holding the
+// thread's packs of y and dy. Launch: grid = parts * row groups, every block resident; blocks of <= 512
+// threads; dynamic shared memory of 3 * 2 * MAXP * blockDim.x 16-byte slots (MAXP = RowPacks: 192 KB for
+// float32 at 512, one block per SM; 96 KB for a half type); n <= parts * packs * blockDim.x * V; aligned
+// rows (words: rows * parts zeroed 64-bit tagged slots). dx may be dy.
+template <typename T, int MODE>
+__global__ void __launch_bounds__(512, 1) softmax_bwd_parts(const T* y, const T* dy, T* dx, long long rows, long long n,
+                                                            long long chunk, int packs, int parts,
+                                                            unsigned long long* words) {
+  typedef typename Vec16<T>::type P;
+  constexpr int V = Vec16<T>::N;
+  constexpr int MAXP = RowPacks<T>::value;
+  __shared__ float scratch_mem[2 * 32];
+  RowScratch<float, 1> scratch{scratch_mem};
+  const int part = blockIdx.x % parts;
+  const long long begin = part * chunk;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true};
+  const T* const src[2] = {y, dy};
+  auto reduce = [&](long long row, const P* set) {
+    float c = 0.f;
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p)
+      if (p < packs && L.at(p) < L.len) {
+        const P yp = own_slot<MAXP>(set, 0, p), gp = own_slot<MAXP>(set, 1, p);
+#pragma unroll
+        for (int e = 0; e < V; ++e) c += softmax_grad_term<MODE>(elem<float>(yp, e), elem<float>(gp, e));
+      }
+    const float mine[1] = {block_reduce<SumOp, true>(c, scratch.at(0))};
+    scratch.next_row();
+    publish_tagged<1>(mine, words, row, part, parts);
+  };
+  auto write = [&](long long row, const P* set) {
+    const float* got = collect_tagged<1>(words, row, parts);
+    const float c = warp_combine<SumOp>(parts, [&](int q) { return got[q]; });
+    T* dxr = dx + row * n + begin;
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p) {
+      if (p < packs) {
+        const P yp = own_slot<MAXP>(set, 0, p), gp = own_slot<MAXP>(set, 1, p);
+        P o;
+        auto out = [&](int e) { return softmax_grad<MODE>(elem<float>(yp, e), elem<float>(gp, e), c); };
+#pragma unroll
+        for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
+        store_pack<T>(dxr, o, p, L);
+      }
+    }
+  };
+  pipelined_parts<T, MAXP, 2>(src, rows, n, begin, parts, L, reduce, write);
 }

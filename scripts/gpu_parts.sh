@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call (issue 4, pipelined long rows): the forward tests of softmax / norm, the probe A/B of the
-# long-row forwards against BASE_PKG (a whole older checkout), then memcheck and racecheck of the pipelined
+# long-row ops against BASE_PKG (a whole older checkout), then memcheck and racecheck of the pipelined
 # kernels on a small case. Logs to $OUT.
 set -u
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
@@ -12,7 +12,13 @@ timeout -s KILL ${PROBE_TIMEOUT:-200} python3 scripts/norm_probe.py ${BASE_PKG:+
 case="import cupy; from cupy_kernels.ops import norm as N, softmax as S
 for dt, n in (('float32', 70004), ('float16', 70008)):
     x = cupy.random.standard_normal((7, n), dtype=cupy.float32).astype(dt)
-    ${SANITIZE_CASE:-S.softmax_impl(x, -1, 'softmax'); N.norm_forward_impl(x, None, None, 1e-5, 'layer_norm'); N.norm_forward_impl(x, None, None, 1e-6, 'rms_norm')}
+    w, b = (cupy.random.random(n) + 0.5).astype(dt), cupy.random.standard_normal(n).astype(dt)
+    for m in ('softmax', 'log_softmax'):
+        S.softmax_backward_impl(S.softmax_impl(x, -1, m), x, -1, m)
+    for mode, bb in (('layer_norm', b), ('rms_norm', None)):
+        y, mean, rstd = N.norm_forward_impl(x, w, bb, 1e-5, mode)
+        N.norm_backward_impl(x, x, w, bb, mean, rstd, mode)
+        N.norm_backward_impl(x, y, w, bb, None, rstd, mode, from_output=True)
 cupy.cuda.Device().synchronize()"
 for tool in memcheck racecheck; do
   timeout -s KILL ${SAN_TIMEOUT:-120} compute-sanitizer --tool $tool --error-exitcode 9 python3 -c "$case" > "$OUT/$tool.log" 2>&1

@@ -27,6 +27,9 @@ ap.add_argument("--shared-ab", action="store_true",
                      "(sharedall), in CTAs of up to 1024 threads (shared1024), and not for float32 (nosharedf32)")
 ap.add_argument("--two-ahead-ab", action="store_true",
                 help="also time softmax's forward with one-block rows staged one row ahead, not two (oneahead)")
+ap.add_argument("--parts-threads", default="",
+                help="comma-separated block sizes: also time the pipelined long rows (softmax_fwd_parts, ...) in blocks "
+                     "of each (parts<T>)")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
 
@@ -65,7 +68,12 @@ def use(cu_dir):
         N.SHARED_BWD["from_float32"] = 0 if cu_dir == "sharedall" else 1 << 40 if cu_dir == "noshared" else SHARED_F32
         N.SHARED_BWD["threads"] = 1024 if cu_dir == "shared1024" else SHARED_THREADS
         N.SHARED_BWD["dtypes"] = ("float16", "bfloat16") if cu_dir == "nosharedf32" else SHARED_DTYPES
-    if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead"):
+    from cupy_kernels.ops import _rowwise as rw
+
+    t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None
+    rw.PARTS_THREADS.update(fwd=t, bwd=t)
+    if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead") \
+            or t:
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
     sources.read_source.cache_clear()
@@ -96,7 +104,8 @@ variants = ([("new", tree)] + ([("basepkg", tree)] if args.base_pkg else []) + (
             + ([("unstaged", "unstaged")] if args.stage_ab else [])
             + ([("nopipe", "nopipe"), ("onepack", "onepack")] if args.pipe_ab else [])
             + ([(v, v) for v in ("noshared", "sharedall", "shared1024", "nosharedf32")] if args.shared_ab else [])
-            + ([("oneahead", "oneahead")] if args.two_ahead_ab else []))
+            + ([("oneahead", "oneahead")] if args.two_ahead_ab else [])
+            + [(f"parts{t}", f"parts{t}") for t in args.parts_threads.split(",") if t])
 shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
 for shape, dtype in shapes:
     (x, xc), (dy, dyc) = tensors(shape, dtype, 2)

@@ -188,6 +188,7 @@ def test_forward_staged_rows(mode):
         want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
         for on in (True, False):
             N.STAGE_FWD["on"] = on
+            rw.PARTS_PIPELINED["fwd"] = False  # the staged kernels (test_forward_pipelined_parts: the pipelined one)
             what = (dtype, n, on)
             try:
                 y, _, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
@@ -198,6 +199,7 @@ def test_forward_staged_rows(mode):
                     assert rel_err(x2, want) <= TOL[dtype], what + ("in place",)
             finally:
                 N.STAGE_FWD["on"] = True
+                rw.PARTS_PIPELINED["fwd"] = True
 
 
 @gpu
@@ -226,10 +228,31 @@ def test_forward_pipelined_parts(mode):
             if mode == "layer_norm":
                 assert rel_err(mean, xv.mean(-1)) <= 1e-6, what
             ex = norm_forward_impl(x, w, b, 1e-5, mode, variant="exchange")[0]
-            assert rel_err(y, to_f64(ex)) <= TOL[dtype], what
+            assert rel_err(y, to_f64(ex)) <= 2 * TOL[dtype], what  # each within TOL of the reference
             x2 = x.copy()
             norm_forward_impl(x2, w, b, 1e-5, mode, inplace=True)
             np.testing.assert_array_equal(to_f64(x2), to_f64(y))
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
+def test_backward_pipelined_parts(mode):
+    """Long rows over several blocks, pipelined (norm_bwd_parts, x or y and dy staged): blocks with one, two
+    and many rows (the pipeline's fill and drain, and blocks' column sums over several rows), a short last
+    part; dx, dweight, dbias from x and from the output, and without the affine."""
+    from cupy_kernels.ops import norm as N
+
+    for dtype, n, rows in (("float32", 262144, 20), ("float32", 70004, 140), ("bfloat16", 100000, 2),
+                           ("float16", 65544, 257), ("bfloat16", 40000, 1), ("float32", 16388, 3)):
+        p = rw.plan(rows, n, dtype, rw.maxp(dtype), N.PARTS_BWD_THREADS, SMS)
+        for f in (0, 1):
+            assert p.parts > 1 and rw.pipelined_plan(N.SOURCE, N._bwd_parts(dtype, mode, f), p, dtype, 1,
+                                                      rw.maxp(dtype), 2), (dtype, n)
+        c = backward_case(rows, n, dtype, mode)
+        check_backward_from_x_and_y(c, dtype, mode, (dtype, n))
+        dx = norm_backward_impl(c["dy"], c["x"], None, None, c["mean"], c["rstd"], mode)[0]
+        rdx = ref_backward(c["xv"], None, None, c["dyv"], 1e-5, mode)[0]
+        assert dx_err(dx, rdx, c["xv"], None, c["dyv"], 1e-5, mode) <= 3 * TOL[dtype], (dtype, n, "no affine")
 
 
 @gpu

@@ -413,6 +413,16 @@ __device__ __noinline__ const float* exchange_tagged(const float (&v)[K], unsign
 //   write(row, set):  collect the row's partials (collect_tagged), combine them, write the output
 // The block's rows are blockIdx.x / parts + k * (gridDim.x / parts); the callers' reductions must
 // tolerate a reduce directly after a reduce (RowScratch's alternating sets). Aligned segments only.
+// Op over term(q) of the parts q = 0 .. parts-1 of a row (e.g. read from collect_tagged's copy), by every
+// warp alike: lane l takes parts l, l + 32, ..., then a butterfly. No block barrier; every warp of every
+// block of the row gets the same value (deterministic).
+template <typename Op, typename F>
+__device__ __forceinline__ float warp_combine(int parts, F term) {
+  float v = Op::template identity<float>();
+  for (int q = threadIdx.x & 31; q < parts; q += 32) v = Op::combine(v, term(q));
+  return group_reduce<Op>(v, 32);
+}
+
 // Pack p of input t of this thread in a pipelined_parts set.
 template <int MAXP, typename P>
 __device__ __forceinline__ P own_slot(const P* set, int t, int p) {

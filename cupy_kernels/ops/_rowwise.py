@@ -167,22 +167,27 @@ def staged_plan(kernel, name: str, rows: int, n: int, dtype: str, maxp: int, max
     return p, smem(p.threads)
 
 
-# Long forward rows (parts > 1, aligned float / half rows, one launch) take the pipelined kernels
-# (softmax_fwd_parts, norm_fwd_parts): each block's segments staged PARTS_SETS rows deep, a row's exchange of
+# Long rows (parts > 1, aligned float / half rows, one launch) take the pipelined kernels
+# (softmax_fwd_parts, norm_fwd_parts, softmax_bwd_parts): each block's segments staged PARTS_SETS rows deep, a row's exchange of
 # partial statistics overlapping the next row's reduction (pipelined_parts in rows.cuh). A switch for the
 # ladder, the probes and the tests.
-PARTS_PIPELINED = {"fwd": True}
+PARTS_PIPELINED = {"fwd": True, "bwd": True}
 PARTS_SETS = 3
+PARTS_THREADS = {"fwd": None, "bwd": None}  # a probe switch: blocks of this many threads instead of the plan's
 
 
-def pipelined_plan(source, name: str, p: Plan, dtype: str, al: int, maxp: int):
+def pipelined_plan(source, name: str, p: Plan, dtype: str, al: int, maxp: int, inputs: int = 1):
     """(kernel, plan, dynamic shared bytes) of the pipelined long-row launch `name` of `source` for rows
-    planned as `p`, or None where it does not apply (one block a row, unaligned, float64, or too few blocks
-    resident for its row)."""
-    if not (PARTS_PIPELINED["fwd"] and p.parts > 1 and not p.split and al and dtype in STAGE_FWD_DTYPES):
+    planned as `p` (`inputs` row tensors: 1 forward, 2 backward), or None where it does not apply (one block a
+    row, unaligned, float64, or too few blocks resident for its row)."""
+    if not (PARTS_PIPELINED["fwd" if inputs == 1 else "bwd"] and p.parts > 1 and not p.split and al
+            and dtype in STAGE_FWD_DTYPES):
         return None
     kernel = source.kernel(name)
-    q, smem = staged_plan(kernel, name, p.rows, p.n, dtype, maxp, p.threads, tensors=PARTS_SETS)
+    threads = PARTS_THREADS["fwd" if inputs == 1 else "bwd"] or p.threads
+    q, smem = staged_plan(kernel, name, p.rows, p.n, dtype, maxp, threads, tensors=PARTS_SETS * inputs)
+    if threads != p.threads:
+        return None if q.split else (kernel, q, smem)
     return None if q.split or q.parts != p.parts else (kernel, q, smem)
 
 

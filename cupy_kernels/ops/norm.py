@@ -137,8 +137,27 @@ def shared_plan(n: int, dtype: str, mode: str, cc: int):
     return cl, threads, packs, chunk, (sums + 3) * packs * threads * 16  # + weight, next row's x and dy
 
 
-def _colsum(dtype):
-    return f"column_sum<{CTYPES[dtype]}>"
+def _bwd_parts(dtype, mode, from_output):
+    return f"norm_bwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}>"
+
+
+PARTS_BWD_THREADS = 512  # norm_bwd_parts' blocks (RowPacks packs of x and dy a thread, in shared memory)
+
+
+def _colsum(dtype, cw=1, ys=32):
+    return f"column_sum<{CTYPES[dtype]}, {cw}, {ys}>"
+
+
+COLUMN_SUM_Y = (1, 8, 32)  # column_sum's Y instances
+
+
+def column_sum_shape(r: int, n: int, sm_count: int) -> tuple[int, int]:
+    """(Y, CW) of column_sum over r partial rows of n columns: Y threads down the rows, at least about 8
+    rows a thread below 32 (4 partial rows of 262144 columns in 32 x 32 blocks left 28 of 32 threads idle:
+    ~90 us), four columns a thread where that still leaves two blocks per SM."""
+    ys = next(y for y in COLUMN_SUM_Y if y == COLUMN_SUM_Y[-1] or r <= 16 * y)
+    cw = 4 if n % 4 == 0 and n >= 2 * sm_count * 32 * 4 else 1
+    return ys, cw
 
 
 SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
@@ -151,7 +170,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_pipelined(t, m, f) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)]
                + [_shared(t, m, f, cl) for t in ("float16", "bfloat16", "float32") for m in MODES for f in (0, 1)
                   for cl in SHARED_CLUSTERS]
-               + [_colsum(t) for t in FLOAT_DTYPES])
+               + [_bwd_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (0, 1)]
+               + [_colsum(t, cw, y) for t in FLOAT_DTYPES for cw in (1, 4) for y in COLUMN_SUM_Y])
 
 
 def _detach(x):
@@ -300,7 +320,22 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
         inv_n = rw.ACC_SCALAR[acc](1.0 / n) if n else None  # c1 / n, c2 / n as products: no IEEE division a row
         al = 0 if variant == "scalar" or not n else rw.aligned(n, dtype, s2, d2, dx2, w, b)
         shared = rows and al and variant == "auto" and SHARED_BWD["on"] and shared_plan(n, dtype, mode, current().cc)
-        if shared:
+        pipe = (rows and al and variant == "auto" and not shared
+                and n > PARTS_BWD_THREADS * rw.maxp(dtype) * rw.vec(dtype)  # (no planning for shorter rows)
+                and rw.pipelined_plan(SOURCE, _bwd_parts(dtype, mode, from_output),
+                                      rw.plan(rows, n, dtype, rw.maxp(dtype), PARTS_BWD_THREADS, current().sm_count),
+                                      dtype, al, rw.maxp(dtype), inputs=2))
+        if pipe:  # long rows over several blocks, pipelined
+            kernel, p, smem = pipe
+            _, words = rw.exchange_buffers(call, p, dtype)
+            db_by_reduce, nrg = False, p.grid // p.parts
+            dw_part = call.empty((nrg, n), acc) if want_w else None
+            db_part = call.empty((nrg, n), acc) if want_b else None
+            kernel((p.grid,), (p.threads,),
+                   (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
+                    rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n, np.int64(p.chunk), np.int32(p.packs),
+                    np.int32(p.parts), words), shared_mem=smem)
+        elif shared:
             cl, threads, spacks, chunk, smem = shared
             name = _shared(dtype, mode, from_output, cl)
             kernel = SOURCE.kernel(name)
@@ -362,8 +397,9 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                 reduce_impl("sum", d2, axis=0, out=db)  # float sums in a fixed order: deterministic
         if rows and n:
             if want_w or (want_b and not db_by_reduce):
-                SOURCE.kernel(_colsum(dtype))(
-                    (ceil_div(n, 32), 2), (32, 32),
+                ys, cw = column_sum_shape(nrg, n, current().sm_count)
+                SOURCE.kernel(_colsum(dtype, cw, ys))(
+                    (ceil_div(n, 32 * cw), 2), (32, ys),
                     (rw.ptr(dw_part) if want_w else rw.ptr(db_part), rw.ptr(db_part) if want_w else np.uint64(0),
                      rw.ptr(dw) if want_w else rw.ptr(db), rw.ptr(db) if want_w else np.uint64(0),
                      np.int64(nrg), np.int64(n)))

@@ -32,8 +32,8 @@ WIDE_BWD = {"on": True}
 WIDE_BWD_MAX = 32768
 
 
-def _parts_name(mode: str, dtype: str) -> str:
-    return f"softmax_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}>"
+def _parts_name(mode: str, dtype: str, kind: str = "fwd") -> str:
+    return f"softmax_{kind}_parts<{CTYPES[dtype]}, {MODES[mode]}>"
 
 
 def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False) -> str:
@@ -46,7 +46,7 @@ def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False) 
 SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
                + [_name("bwd", t, m, True, w) for t in ("float16", "bfloat16") for m in MODES for w in (False, True)]
                + [_name("fwd", t, m, st) for t in rw.STAGE_FWD_DTYPES for m in MODES for st in (1, 2)]
-               + [_parts_name(m, t) for t in rw.STAGE_FWD_DTYPES for m in MODES])
+               + [_parts_name(m, t, k) for t in rw.STAGE_FWD_DTYPES for m in MODES for k in ("fwd", "bwd")])
 
 
 def _detach(x):
@@ -84,6 +84,13 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
         name = _name(kind, dtype, mode, stage=True, wide=True)
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, 2 * maxp, 1024, tensors=2, **args)
+    elif variant == "auto" and (pp := rw.pipelined_plan(SOURCE, _parts_name(mode, dtype, kind), p, dtype, al, maxp,
+                                                        len(srcs))):
+        kernel, p, smem = pp
+        _, words = rw.exchange_buffers(call, p, dtype, k=2 if kind == "fwd" else 1)
+        kernel((p.grid,), (p.threads,), (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk),
+                                         np.int32(p.packs), np.int32(p.parts), words), shared_mem=smem)
+        return p
     elif (kind == "bwd" and dtype in ("float16", "bfloat16") and al and p.path in STAGE_BWD
             and p.threads == BWD_THREADS and stage_bytes(dtype, p.threads) <= STAGE_MAX_BYTES):
         # a resident grid that loops over rows, so each block has a next row to stage
@@ -92,13 +99,6 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
         p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count, persistent=True,
                     occupancy=rw.occupancy(kernel, name, lambda t: stage_bytes(dtype, t)), **args)
         smem = stage_bytes(dtype, p.threads)
-    elif kind == "fwd" and variant == "auto" and (pp := rw.pipelined_plan(SOURCE, _parts_name(mode, dtype), p, dtype,
-                                                                          al, maxp)):
-        kernel, p, smem = pp
-        _, words = rw.exchange_buffers(call, p, dtype)
-        kernel((p.grid,), (p.threads,), (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk),
-                                         np.int32(p.packs), np.int32(p.parts), words), shared_mem=smem)
-        return p
     elif kind == "fwd" and STAGE_FWD["on"] and (stage := rw.stage_fwd(p, dtype, al, STAGE_FWD["two_ahead"])):
         name = _name(kind, dtype, mode, stage=stage)
         kernel = SOURCE.kernel(name)
