@@ -233,6 +233,9 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_parts(const T* x, T* y, const
   const float inv_len = 1.f / L.len;
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;
+  P wr[MAXP];  // the thread's weight packs, the same every row: loaded once (the bias reloads: registers)
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p) wr[p] = column_pack<T>(wb, p, L, 1.f);
   const T* const src[1] = {x};
   auto reduce = [&](long long row, const P* set) {
     float mine[K];
@@ -270,10 +273,9 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_parts(const T* x, T* y, const
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
-        const P v = own_slot<MAXP>(set, 0, p);
-        const P wp = column_pack<T>(wb, p, L, 1.f), bp = column_pack<T>(bb, p, L, 0.f);
+        const P v = own_slot<MAXP>(set, 0, p), bp = column_pack<T>(bb, p, L, 0.f);
         P o;
-        auto out = [&](int e) -> float { return norm_out<MODE, T>(v, wp, bp, e, mean, rstd); };
+        auto out = [&](int e) -> float { return norm_out<MODE, T>(v, wr[p], bp, e, mean, rstd); };
 #pragma unroll
         for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
         store_pack<T>(yr, o, p, L);
@@ -720,8 +722,9 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
 
 // Long rows over `parts` co-resident blocks, pipelined (pipelined_parts in rows.cuh), each set holding the
 // thread's packs of src (x or y) and dy: a row's exchange of (sum g, sum g * xhat) overlaps the next row's
-// sums. Each thread keeps its columns' dweight / dbias sums in registers over its block's rows and writes
-// them to partial row blockIdx.x / parts (column_sum adds them). Arithmetic as norm_bwd.
+// sums. Each thread keeps its columns' weight and bias, and their dweight / dbias sums, in registers over its
+// block's rows and writes the sums to partial row blockIdx.x / parts (column_sum adds them). Arithmetic as
+// norm_bwd.
 // Launch: grid = parts * row groups, every block resident; blocks of <= 512 threads; dynamic shared memory
 // of 3 * 2 * MAXP * blockDim.x 16-byte slots (MAXP = RowPacks: 192 KB for float32 at 512, one block per SM);
 // n <= parts * packs * blockDim.x * V; aligned rows (words: rows * parts * 2 zeroed 64-bit tagged slots).
@@ -750,6 +753,12 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
   for (int k = 0; k < K; ++k) aw[k] = 0.f;
 #pragma unroll
   for (int k = 0; k < (DBS ? K : 1); ++k) ab[k] = 0.f;
+  P wr[MAXP], br[MAXP];  // the thread's weight and bias packs, the same every row: loaded once
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p) {
+    wr[p] = column_pack<T>(wb, p, L, 1.f);
+    br[p] = column_pack<T>(bb, p, L, 0.f);
+  }
   const T* const src2[2] = {src, dy};
   auto mean_of = [&](long long row) { return MODE == LAYER && !FROM_OUTPUT ? mean_in[row] : 0.f; };
   auto reduce = [&](long long row, const P* set) {
@@ -758,8 +767,7 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
 #pragma unroll
     for (int p = 0; p < MAXP; ++p)
       if (p < packs && L.at(p) < L.len)
-        bwd_sums_pack<T, MODE, FROM_OUTPUT>(own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p),
-                                            column_pack<T>(wb, p, L, 1.f), column_pack<T>(bb, p, L, 0.f), mean,
+        bwd_sums_pack<T, MODE, FROM_OUTPUT>(own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p), wr[p], br[p], mean,
                                             rstd, c1, c2);
     if (!FROM_OUTPUT) c2 *= rstd;
     row_reduce2<true>(c1, c2, blockDim.x, 0xffffffffu, scratch.at(0));  // at(0), at(1)
@@ -777,10 +785,9 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs && L.at(p) < L.len) {
         P o;
-        bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p),
-                                                  column_pack<T, true>(wb, p, L, 1.f),
-                                                  column_pack<T, true>(bb, p, L, 0.f), mean, rstd, c[0] * inv_n,
-                                                  c[1] * inv_n, o, aw + p * V, DBS ? ab + p * V : ab);
+        bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p), wr[p],
+                                                  br[p], mean, rstd, c[0] * inv_n, c[1] * inv_n, o, aw + p * V,
+                                                  DBS ? ab + p * V : ab);
         store_pack<T>(dxr, o, p, L);
       }
     }

@@ -180,14 +180,15 @@ def pipelined_plan(source, name: str, p: Plan, dtype: str, al: int, maxp: int, i
     """(kernel, plan, dynamic shared bytes) of the pipelined long-row launch `name` of `source` for rows
     planned as `p` (`inputs` row tensors: 1 forward, 2 backward), or None where it does not apply (one block a
     row, unaligned, float64, or too few blocks resident for its row)."""
-    if not (PARTS_PIPELINED["fwd" if inputs == 1 else "bwd"] and p.parts > 1 and not p.split and al
-            and dtype in STAGE_FWD_DTYPES):
+    kind = "fwd" if inputs == 1 else "bwd"
+    if PARTS_THREADS[kind] and PARTS_THREADS[kind] != p.threads:  # a probe's block size: plan the rows again
+        from .._runtime import current
+
+        p = plan(p.rows, p.n, dtype, maxp, PARTS_THREADS[kind], current().sm_count)
+    if not (PARTS_PIPELINED[kind] and p.parts > 1 and not p.split and al and dtype in STAGE_FWD_DTYPES):
         return None
     kernel = source.kernel(name)
-    threads = PARTS_THREADS["fwd" if inputs == 1 else "bwd"] or p.threads
-    q, smem = staged_plan(kernel, name, p.rows, p.n, dtype, maxp, threads, tensors=PARTS_SETS * inputs)
-    if threads != p.threads:
-        return None if q.split else (kernel, q, smem)
+    q, smem = staged_plan(kernel, name, p.rows, p.n, dtype, maxp, p.threads, tensors=PARTS_SETS * inputs)
     return None if q.split or q.parts != p.parts else (kernel, q, smem)
 
 

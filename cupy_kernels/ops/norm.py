@@ -141,7 +141,9 @@ def _bwd_parts(dtype, mode, from_output):
     return f"norm_bwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}>"
 
 
-PARTS_BWD_THREADS = 512  # norm_bwd_parts' blocks (RowPacks packs of x and dy a thread, in shared memory)
+# norm_bwd_parts' blocks (RowPacks packs of x and dy a thread, in shared memory): two per SM at 256 threads
+# measured 2% faster than one of 512 (256x262144 f32: layer 237.1 -> 231.6 us, rms 220.5 -> 217.6).
+PARTS_BWD_THREADS = 256
 
 
 def _colsum(dtype, cw=1, ys=32):
