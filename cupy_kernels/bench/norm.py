@@ -60,14 +60,17 @@ def norm_suite(quick: bool):
                         if n >= 32768 else {}),
                      **({"ladder: unstaged (no next row in shared memory)": switched(
                          N.STAGE_FWD, {"on": False}, lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm"))}
-                        if n >= 32768 else {}),
+                        if n == 32768 else {}),  # one block a row (longer rows: the pipelined kernels)
                      "torch F.layer_norm": lambda: F.layer_norm(x, (n,), w, b, 1e-5)}, bytes=2 * nbytes)
         yield Group("rms_norm", label, dtype,
                     {"cupy_kernels": lambda: norm_forward_impl(xc, wc, None, 1e-6, "rms_norm"),
                      "cupy_kernels rms_norm_ (in place)": lambda: ck.rms_norm_(sc, wc),
                      **({"ladder: unstaged (no next row in shared memory)": switched(
                          N.STAGE_FWD, {"on": False}, lambda: norm_forward_impl(xc, wc, None, 1e-6, "rms_norm"))}
-                        if n >= 32768 else {}),
+                        if n == 32768 else {}),
+                     **({"ladder: long rows, one launch (exchange)":
+                         lambda: norm_forward_impl(xc, wc, None, 1e-6, "rms_norm", variant="exchange")}
+                        if n > 32768 else {}),
                      "torch F.rms_norm": lambda: F.rms_norm(x, (n,), w, 1e-6),
                      "torch formulation x * rsqrt(mean(x^2) + eps) * w":
                          lambda: x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w},
@@ -105,6 +108,8 @@ def norm_suite(quick: bool):
         yield Group("rms_norm backward", label, dtype,
                     {"cupy_kernels": lambda: norm_backward_impl(dyc, xc, wc, None, None, rstd_rms, "rms_norm"),
                      **half_forms(lambda: norm_backward_impl(dyc, xc, wc, None, None, rstd_rms, "rms_norm")),
+                     **({"ladder: long rows, one launch (exchange)": lambda: norm_backward_impl(
+                         dyc, xc, wc, None, None, rstd_rms, "rms_norm", variant="exchange")} if n > 32768 else {}),
                      "torch F.rms_norm autograd": lambda: torch.autograd.grad(rms_out, (xr, wr), dy,
                                                                               retain_graph=True)},
                     bytes=3 * nbytes)

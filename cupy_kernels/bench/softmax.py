@@ -38,12 +38,12 @@ def softmax_suite(quick: bool):
                  "ladder: one block per row": lambda: softmax_impl(xc, -1, "softmax", "block"),
                  "ladder: scalar loads": lambda: softmax_impl(xc, -1, "softmax", "scalar"),
                  "torch.softmax": lambda: torch.softmax(x, -1)}
-        if shape[-1] >= 32768:  # rows of >= 512-thread blocks: the next row staged in shared memory by default
+        if shape[-1] == 32768:  # one 1024-thread block a row: the next rows staged in shared memory by default
             impls["ladder: unstaged (no next row in shared memory)"] = switched(
                 S.STAGE_FWD, {"on": False}, lambda: softmax_impl(xc, -1, "softmax"))
             impls["ladder: staged one row ahead (not two)"] = switched(
                 S.STAGE_FWD, {"two_ahead": False}, lambda: softmax_impl(xc, -1, "softmax"))
-        if shape[-1] >= 32768:  # rows split over blocks: both ways
+        if shape[-1] >= 32768:  # rows split over blocks (by default the pipelined kernels): the other ways
             impls["ladder: long rows, one launch (exchange)"] = lambda: softmax_impl(xc, -1, "softmax", "exchange")
             impls["ladder: long rows, two launches (split)"] = lambda: softmax_impl(xc, -1, "softmax", "split")
             impls["ladder: long rows, one launch, counter exchange"] = lambda: softmax_impl(xc, -1, "softmax",
