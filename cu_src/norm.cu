@@ -760,9 +760,19 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
     br[p] = column_pack<T>(bb, p, L, 0.f);
   }
   const T* const src2[2] = {src, dy};
-  auto mean_of = [&](long long row) { return MODE == LAYER && !FROM_OUTPUT ? mean_in[row] : 0.f; };
+  // The rows' saved statistics (mean, rstd), loaded one row ahead (nx): no L2 round trip at the start of a
+  // step. cur: the row being reduced; wq: the row written next (row j's reduce comes before row j - 1's write).
+  const long long row_step = gridDim.x / parts;
+  float2 nx = make_float2(0.f, 0.f), cur, wq;
+  auto load_stats = [&](long long row) {
+    if (row < rows) nx = make_float2(MODE == LAYER && !FROM_OUTPUT ? mean_in[row] : 0.f, rstd_in[row]);
+  };
+  load_stats(blockIdx.x / parts);
+  wq = nx;
   auto reduce = [&](long long row, const P* set) {
-    const float mean = mean_of(row), rstd = rstd_in[row];
+    cur = nx;
+    load_stats(row + row_step);
+    const float mean = cur.x, rstd = cur.y;
     float c1 = 0.f, c2 = 0.f;
 #pragma unroll
     for (int p = 0; p < MAXP; ++p)
@@ -779,7 +789,8 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
     const float* got = collect_tagged<2>(words, row, parts);
     const float c[2] = {warp_combine<SumOp>(parts, [&](int q) { return got[2 * q]; }),
                         warp_combine<SumOp>(parts, [&](int q) { return got[2 * q + 1]; })};
-    const float mean = mean_of(row), rstd = rstd_in[row];
+    const float mean = wq.x, rstd = wq.y;
+    wq = cur;
     T* dxr = dx + row * n + begin;
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
