@@ -404,15 +404,6 @@ __device__ __noinline__ const float* exchange_tagged(const float (&v)[K], unsign
   return collect_tagged<K>(words, row, parts);
 }
 
-// Rows split over `parts` co-resident blocks, pipelined: each block's segment of a row is staged in one
-// of three sets of shared slots (TENSORS inputs of MAXP packs per thread each), and while row j's partial
-// statistics travel to the row's other blocks, row j + 1 is reduced and row j + 2 is loading. So no
-// block waits on the exchange with nothing to do (the one-launch exchange above waits once per row).
-//   reduce(row, set): the set holds this thread's packs of the row (slot p of input t of thread i at
-//                     set[(t * MAXP + p) * blockDim.x + i]); publish the block's partials (publish_tagged)
-//   write(row, set):  collect the row's partials (collect_tagged), combine them, write the output
-// The block's rows are blockIdx.x / parts + k * (gridDim.x / parts); the callers' reductions must
-// tolerate a reduce directly after a reduce (RowScratch's alternating sets). Aligned segments only.
 // Op over term(q) of the parts q = 0 .. parts-1 of a row (e.g. read from collect_tagged's copy), by every
 // warp alike: lane l takes parts l, l + 32, ..., then a butterfly. No block barrier; every warp of every
 // block of the row gets the same value (deterministic).
@@ -428,6 +419,16 @@ template <int MAXP, typename P>
 __device__ __forceinline__ P own_slot(const P* set, int t, int p) {
   return set[(t * MAXP + p) * blockDim.x + threadIdx.x];
 }
+
+// Rows split over `parts` co-resident blocks, pipelined: each block's segment of a row is staged in one
+// of three sets of shared slots (TENSORS inputs of MAXP packs per thread each), and while row j's partial
+// statistics travel to the row's other blocks, row j + 1 is reduced and row j + 2 is loading. So no
+// block waits on the exchange with nothing to do (the one-launch exchange above waits once per row).
+//   reduce(row, set): the set holds this thread's packs of the row (slot p of input t of thread i at
+//                     set[(t * MAXP + p) * blockDim.x + i]); publish the block's partials (publish_tagged)
+//   write(row, set):  collect the row's partials (collect_tagged), combine them, write the output
+// The block's rows are blockIdx.x / parts + k * (gridDim.x / parts); the callers' reductions must
+// tolerate a reduce directly after a reduce (RowScratch's alternating sets). Aligned segments only.
 template <typename T, int MAXP, int TENSORS, typename Reduce, typename Write>
 __device__ __forceinline__ void pipelined_parts(const T* const (&src)[TENSORS], long long rows, long long n,
                                                 long long begin, int parts, const RowLayout<T>& L, Reduce reduce,
