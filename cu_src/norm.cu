@@ -213,17 +213,16 @@ __device__ __forceinline__ float own_sum(const typename Vec16<T>::type* set, con
 // one read of x, one write of y, each row's exchange overlapped with the next row's reduction. A segment's
 // statistics are exact two-pass sums from shared memory (mean, then M2 around it).
 // Launch: grid = parts * row groups, every block resident; blocks of <= 512 threads; dynamic shared memory
-// of 3 * MAXP * blockDim.x 16-byte slots; n <= parts * packs * blockDim.x * V; aligned rows, float
-// accumulators (words: rows * parts * 2 zeroed 64-bit tagged slots). In place allowed (y == x).
-template <typename T, int MODE>
-__global__ void __launch_bounds__(512, 2) norm_fwd_parts(const T* x, T* y, const T* __restrict__ w,
+// of 3 * MAXP * blockDim.x 16-byte slots (as softmax_fwd_parts); n <= parts * packs * blockDim.x * V; aligned
+// rows, float accumulators (words: rows * parts * 2 zeroed 64-bit tagged slots). In place allowed (y == x).
+template <typename T, int MODE, int MAXP>
+__global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T* x, T* y, const T* __restrict__ w,
                                                          const T* __restrict__ b, float* __restrict__ mean_out,
                                                          float* __restrict__ rstd_out, long long rows, long long n,
                                                          long long chunk, int packs, int parts, float eps,
                                                          float inv_n, unsigned long long* words) {
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
-  constexpr int MAXP = FwdPacks<T>::value;
   constexpr int K = MODE == LAYER ? 2 : 1;  // published per part: (mean, M2) or the sum of squares
   __shared__ float scratch_mem[2 * 2 * 32];
   RowScratch<float, 2> scratch{scratch_mem};

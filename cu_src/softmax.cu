@@ -109,15 +109,15 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
 // Long rows over `parts` co-resident blocks, pipelined (pipelined_parts in rows.cuh): one read of x, one
 // write of y, and each row's exchange of partial statistics overlapped with the next row's reduction.
 // Launch: grid = parts * row groups, every block resident; blocks of <= 512 threads; dynamic shared memory
-// of 3 * MAXP * blockDim.x 16-byte slots (96 KB at 512); n <= parts * packs * blockDim.x * V; aligned rows,
-// float accumulators (words: rows * parts * 2 zeroed 64-bit tagged slots). In place allowed (y == x).
-template <typename T, int MODE>
-__global__ void __launch_bounds__(512, 2) softmax_fwd_parts(const T* x, T* y, long long rows, long long n,
+// of 3 * MAXP * blockDim.x 16-byte slots (MAXP 4: 96 KB at 512, two blocks per SM; 8: 192 KB, one);
+// n <= parts * packs * blockDim.x * V; aligned rows, float accumulators (words: rows * parts * 2 zeroed
+// 64-bit tagged slots). In place allowed (y == x).
+template <typename T, int MODE, int MAXP>
+__global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) softmax_fwd_parts(const T* x, T* y, long long rows, long long n,
                                                             long long chunk, int packs, int parts,
                                                             unsigned long long* words) {
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
-  constexpr int MAXP = FwdPacks<T>::value;
   __shared__ float scratch_mem[2 * 2 * 32];
   RowScratch<float, 2> scratch{scratch_mem};
   const int part = blockIdx.x % parts;

@@ -10,6 +10,7 @@ import torch
 from cupy_kernels._runtime import sources, to_cupy
 from cupy_kernels.bench.softmax import SHAPES, tensors
 from cupy_kernels.bench.timing import Timer, copy_bandwidth
+from cupy_kernels.ops import _rowwise as RW
 from cupy_kernels.ops import norm as N
 from cupy_kernels.ops import softmax as S
 
@@ -30,6 +31,8 @@ ap.add_argument("--two-ahead-ab", action="store_true",
 ap.add_argument("--parts-threads", default="",
                 help="comma-separated block sizes: also time the pipelined long rows (softmax_fwd_parts, ...) in blocks "
                      "of each (parts<T>)")
+ap.add_argument("--parts-packs", default="",
+                help="comma-separated pack counts (4, 8): also time softmax's pipelined long-row forward with each (packs<P>)")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
 
@@ -40,6 +43,7 @@ tree = sources.cu_src_dir()
 
 
 TWO_PACK_FROM = dict(N.TWO_PACK_FROM)
+PARTS_PACKS = RW.PARTS_PACKS["softmax"]
 SHARED = dict(getattr(N, "SHARED_BWD", {}))
 SHARED_FROM, SHARED_F32, SHARED_THREADS, SHARED_DTYPES = (SHARED.get(k) for k in ("from", "from_float32", "threads",
                                                                                    "dtypes"))
@@ -72,8 +76,10 @@ def use(cu_dir):
 
     t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None
     rw.PARTS_THREADS.update(fwd=t, bwd=t)
+    k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None
+    rw.PARTS_PACKS["softmax"] = k or PARTS_PACKS  # (norm_fwd_parts has one instance)
     if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead") \
-            or t:
+            or t or k:
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
     sources.read_source.cache_clear()
@@ -105,7 +111,8 @@ variants = ([("new", tree)] + ([("basepkg", tree)] if args.base_pkg else []) + (
             + ([("nopipe", "nopipe"), ("onepack", "onepack")] if args.pipe_ab else [])
             + ([(v, v) for v in ("noshared", "sharedall", "shared1024", "nosharedf32")] if args.shared_ab else [])
             + ([("oneahead", "oneahead")] if args.two_ahead_ab else [])
-            + [(f"parts{t}", f"parts{t}") for t in args.parts_threads.split(",") if t])
+            + [(f"parts{t}", f"parts{t}") for t in args.parts_threads.split(",") if t]
+            + [(f"packs{k}", f"packs{k}") for k in args.parts_packs.split(",") if k])
 shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
 for shape, dtype in shapes:
     (x, xc), (dy, dyc) = tensors(shape, dtype, 2)

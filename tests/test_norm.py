@@ -218,7 +218,7 @@ def test_forward_pipelined_parts(mode):
         x, xv = cupy_array(host, dtype), rounded(host, dtype)
         p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), fwd_threads(dtype, n), SMS)
         assert p.parts > 1 and rw.pipelined_plan(N.SOURCE, N._parts(dtype, mode), p, dtype, 1,
-                                                  rw.fwd_maxp(dtype)), (dtype, n)
+                                                  rw.PARTS_PACKS["norm"]), (dtype, n)
         for with_affine in (True, False):
             w, b, wv, bv = affine(n, dtype, mode, with_affine, with_affine)
             want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)

@@ -78,7 +78,7 @@ def _fwd(dtype, mode, stage=0):
 
 
 def _parts(dtype, mode):
-    return f"norm_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}>"
+    return f"norm_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {rw.PARTS_PACKS['norm']}>"
 
 
 def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True):
@@ -247,7 +247,8 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
             p = rw.plan(rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), current().sm_count,
                         occupancy=rw.occupancy(kernel, name), **args)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
-            pp = variant == "auto" and rw.pipelined_plan(SOURCE, _parts(dtype, mode), p, dtype, al, fwd_maxp(dtype))
+            pp = variant == "auto" and rw.pipelined_plan(SOURCE, _parts(dtype, mode), p, dtype, al,
+                                                         rw.PARTS_PACKS["norm"])
             if pp:
                 kernel, p, smem = pp
                 _, words = rw.exchange_buffers(call, p, dtype)

@@ -32,8 +32,10 @@ WIDE_BWD = {"on": True}
 WIDE_BWD_MAX = 32768
 
 
-def _parts_name(mode: str, dtype: str, kind: str = "fwd") -> str:
-    return f"softmax_{kind}_parts<{CTYPES[dtype]}, {MODES[mode]}>"
+def _parts_name(mode: str, dtype: str, kind: str = "fwd", packs: int | None = None) -> str:
+    if kind == "bwd":
+        return f"softmax_bwd_parts<{CTYPES[dtype]}, {MODES[mode]}>"
+    return f"softmax_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {packs or rw.PARTS_PACKS['softmax']}>"
 
 
 def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False) -> str:
@@ -46,7 +48,8 @@ def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False) 
 SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
                + [_name("bwd", t, m, True, w) for t in ("float16", "bfloat16") for m in MODES for w in (False, True)]
                + [_name("fwd", t, m, st) for t in rw.STAGE_FWD_DTYPES for m in MODES for st in (1, 2)]
-               + [_parts_name(m, t, k) for t in rw.STAGE_FWD_DTYPES for m in MODES for k in ("fwd", "bwd")])
+               + [_parts_name(m, t, "fwd", k) for t in rw.STAGE_FWD_DTYPES for m in MODES for k in (4, 8)]
+               + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES])
 
 
 def _detach(x):
@@ -84,7 +87,8 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
         name = _name(kind, dtype, mode, stage=True, wide=True)
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, 2 * maxp, 1024, tensors=2, **args)
-    elif variant == "auto" and (pp := rw.pipelined_plan(SOURCE, _parts_name(mode, dtype, kind), p, dtype, al, maxp,
+    elif variant == "auto" and (pp := rw.pipelined_plan(SOURCE, _parts_name(mode, dtype, kind), p, dtype, al,
+                                                        rw.PARTS_PACKS["softmax"] if kind == "fwd" else maxp,
                                                         len(srcs))):
         kernel, p, smem = pp
         _, words = rw.exchange_buffers(call, p, dtype, k=2 if kind == "fwd" else 1)
