@@ -167,10 +167,10 @@ def staged_plan(kernel, name: str, rows: int, n: int, dtype: str, maxp: int, max
     return p, smem(p.threads)
 
 
-# Long rows (parts > 1, aligned float / half rows, one launch) take the pipelined kernels
-# (softmax_fwd_parts, norm_fwd_parts, softmax_bwd_parts): each block's segments staged PARTS_SETS rows deep, a row's exchange of
-# partial statistics overlapping the next row's reduction (pipelined_parts in rows.cuh). A switch for the
-# ladder, the probes and the tests.
+# Long rows (parts > 1, aligned float / half rows, one launch) take the pipelined kernels (softmax_fwd_parts,
+# softmax_bwd_parts, norm_fwd_parts, norm_bwd_parts): each block's segments staged PARTS_SETS rows deep, a
+# row's exchange of partial statistics overlapping the next row's reduction (pipelined_parts in rows.cuh).
+# A switch for the ladder, the probes and the tests.
 PARTS_PIPELINED = {"fwd": True, "bwd": True}
 PARTS_SETS = 3
 PARTS_THREADS = {"fwd": None, "bwd": None}  # a probe switch: blocks of this many threads instead of the plan's
