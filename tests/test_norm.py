@@ -217,8 +217,8 @@ def test_forward_pipelined_parts(mode):
         host[::2] += 60.0  # mean / std 30: one-pass sums around zero would lose ~10 bits (rstd off by ~5e-5)
         x, xv = cupy_array(host, dtype), rounded(host, dtype)
         p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), fwd_threads(dtype, n), SMS)
-        assert p.parts > 1 and rw.pipelined_plan(N.SOURCE, N._parts(dtype, mode), p, dtype, 1,
-                                                  rw.PARTS_PACKS["norm"]), (dtype, n)
+        assert p.parts > 1 and rw.pipelined_plan(N.SOURCE, N._parts(dtype, mode), rows, n, dtype, 1,
+                                                  rw.PARTS_PACKS["norm"], p.threads), (dtype, n)
         for with_affine in (True, False):
             w, b, wv, bv = affine(n, dtype, mode, with_affine, with_affine)
             want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
@@ -246,8 +246,8 @@ def test_backward_pipelined_parts(mode):
                            ("float16", 65544, 257), ("bfloat16", 40000, 1), ("float32", 16388, 3)):
         p = rw.plan(rows, n, dtype, rw.maxp(dtype), N.PARTS_BWD_THREADS, SMS)
         for f in (0, 1):
-            assert p.parts > 1 and rw.pipelined_plan(N.SOURCE, N._bwd_parts(dtype, mode, f), p, dtype, 1,
-                                                      rw.maxp(dtype), 2), (dtype, n)
+            assert p.parts > 1 and rw.pipelined_plan(N.SOURCE, N._bwd_parts(dtype, mode, f), rows, n, dtype, 1,
+                                                      rw.maxp(dtype), p.threads, 2), (dtype, n)
         c = backward_case(rows, n, dtype, mode)
         check_backward_from_x_and_y(c, dtype, mode, (dtype, n))
         dx = norm_backward_impl(c["dy"], c["x"], None, None, c["mean"], c["rstd"], mode)[0]

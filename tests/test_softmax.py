@@ -263,8 +263,8 @@ def test_forward_pipelined_parts(mode):
         x, xv = cupy_array(host, dtype), rounded(host, dtype)
         want = ref(xv)
         p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), threads_of("fwd", dtype, n), SMS)
-        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(mode, dtype), p, dtype, 1,
-                                                  rw.PARTS_PACKS["softmax"]), (dtype, n)
+        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(mode, dtype), rows, n, dtype, 1,
+                                                  rw.PARTS_PACKS["softmax"], p.threads), (dtype, n)
         got = to_f64(softmax_impl(x, -1, mode))
         ok = np.isfinite(want)
         assert (np.isnan(got) == np.isnan(want)).all() and (np.isinf(got) == np.isinf(want)).all(), (dtype, n)
@@ -296,8 +296,8 @@ def test_backward_pipelined_parts(mode):
         y = cupy_array(yv, dtype)
         dy, dyv = make((rows, n), dtype, 1.0)
         p = rw.plan(rows, n, dtype, rw.maxp(dtype), threads_of("bwd", dtype, n), SMS)
-        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(mode, dtype, "bwd"), p, dtype, 1,
-                                                  rw.maxp(dtype), 2), (dtype, n)
+        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(mode, dtype, "bwd"), rows, n, dtype, 1,
+                                                  rw.maxp(dtype), p.threads, 2), (dtype, n)
         got = softmax_backward_impl(y, dy, -1, mode)
         assert rel_err(got, grad(yv, dyv)) <= 2 * TOL[dtype], (dtype, n)
         assert rel_err(got, to_f64(softmax_backward_impl(y, dy, -1, mode, "exchange"))) <= TOL[dtype], (dtype, n)

@@ -180,21 +180,18 @@ PARTS_THREADS = {"fwd": None, "bwd": None}  # a probe switch: blocks of this man
 PARTS_PACKS = {"softmax": 8, "norm": 4}
 
 
-def pipelined_plan(source, name: str, p: Plan, dtype: str, al: int, maxp: int, inputs: int = 1):
-    """(kernel, plan, dynamic shared bytes) of the pipelined long-row launch `name` of `source` for rows
-    planned as `p` (`inputs` row tensors: 1 forward, 2 backward), or None where it does not apply (one block a
-    row, unaligned, float64, or too few blocks resident for its row)."""
+def pipelined_plan(source, name: str, rows: int, n: int, dtype: str, al: int, maxp: int, threads: int,
+                   inputs: int = 1):
+    """(kernel, plan, dynamic shared bytes) of the pipelined long-row launch `name` of `source` (blocks of
+    `threads`, `maxp` packs a thread, `inputs` row tensors: 1 forward, 2 backward), or None where it does not
+    apply: rows one block holds, unaligned, float64, or too few blocks resident for a row."""
     kind = "fwd" if inputs == 1 else "bwd"
-    if not (PARTS_PIPELINED[kind] and (p.parts > 1 or PARTS_THREADS[kind]) and al and dtype in STAGE_FWD_DTYPES):
-        return None
-    from .._runtime import current
-
-    p = plan(p.rows, p.n, dtype, maxp, PARTS_THREADS[kind] or p.threads, current().sm_count)  # with these packs
-    if p.parts == 1 or p.split:
+    threads = PARTS_THREADS[kind] or threads
+    if not (PARTS_PIPELINED[kind] and al and dtype in STAGE_FWD_DTYPES and n > threads * maxp * vec(dtype)):
         return None
     kernel = source.kernel(name)
-    q, smem = staged_plan(kernel, name, p.rows, p.n, dtype, maxp, p.threads, tensors=PARTS_SETS * inputs)
-    return None if q.split or q.parts != p.parts else (kernel, q, smem)
+    p, smem = staged_plan(kernel, name, rows, n, dtype, maxp, threads, tensors=PARTS_SETS * inputs)
+    return None if p.split else (kernel, p, smem)
 
 
 def occupancy(kernel, name: str, smem: int = 0):

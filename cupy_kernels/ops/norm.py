@@ -247,8 +247,8 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
             p = rw.plan(rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), current().sm_count,
                         occupancy=rw.occupancy(kernel, name), **args)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
-            pp = variant == "auto" and rw.pipelined_plan(SOURCE, _parts(dtype, mode), p, dtype, al,
-                                                         rw.PARTS_PACKS["norm"])
+            pp = variant == "auto" and rw.pipelined_plan(SOURCE, _parts(dtype, mode), rows, n, dtype, al,
+                                                         rw.PARTS_PACKS["norm"], p.threads)
             if pp:
                 kernel, p, smem = pp
                 _, words = rw.exchange_buffers(call, p, dtype)
@@ -323,11 +323,9 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
         inv_n = rw.ACC_SCALAR[acc](1.0 / n) if n else None  # c1 / n, c2 / n as products: no IEEE division a row
         al = 0 if variant == "scalar" or not n else rw.aligned(n, dtype, s2, d2, dx2, w, b)
         shared = rows and al and variant == "auto" and SHARED_BWD["on"] and shared_plan(n, dtype, mode, current().cc)
-        pipe = (rows and al and variant == "auto" and not shared
-                and n > PARTS_BWD_THREADS * rw.maxp(dtype) * rw.vec(dtype)  # (no planning for shorter rows)
-                and rw.pipelined_plan(SOURCE, _bwd_parts(dtype, mode, from_output),
-                                      rw.plan(rows, n, dtype, rw.maxp(dtype), PARTS_BWD_THREADS, current().sm_count),
-                                      dtype, al, rw.maxp(dtype), inputs=2))
+        pipe = (rows and variant == "auto" and not shared
+                and rw.pipelined_plan(SOURCE, _bwd_parts(dtype, mode, from_output), rows, n, dtype, al,
+                                      rw.maxp(dtype), PARTS_BWD_THREADS, inputs=2))
         if pipe:  # long rows over several blocks, pipelined
             kernel, p, smem = pipe
             _, words = rw.exchange_buffers(call, p, dtype)

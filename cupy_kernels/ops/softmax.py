@@ -87,9 +87,9 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
         name = _name(kind, dtype, mode, stage=True, wide=True)
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, 2 * maxp, 1024, tensors=2, **args)
-    elif variant == "auto" and (pp := rw.pipelined_plan(SOURCE, _parts_name(mode, dtype, kind), p, dtype, al,
+    elif variant == "auto" and (pp := rw.pipelined_plan(SOURCE, _parts_name(mode, dtype, kind), rows, n, dtype, al,
                                                         rw.PARTS_PACKS["softmax"] if kind == "fwd" else maxp,
-                                                        len(srcs))):
+                                                        p.threads, len(srcs))):
         kernel, p, smem = pp
         _, words = rw.exchange_buffers(call, p, dtype, k=2 if kind == "fwd" else 1)
         kernel((p.grid,), (p.threads,), (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk),
