@@ -51,6 +51,10 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = FwdPacks<T>::value;
+  // softmax keeps exp(x - max) of its first KEEP packs from the sum for the output: one exp an element there,
+  // not two. As many as fit the 64 registers unspilled: all of float32 / float64, one of a half type's four
+  // (two spilled and measured slower; benchmarks/notes.md).
+  constexpr int KEEP = MODE != SOFTMAX ? 0 : sizeof(T) == 2 ? 1 : MAXP;
   __shared__ A scratch_mem[2 * 2 * 32];
   RowScratch<A, 2> scratch{scratch_mem};  // one barrier a reduction
   const int gpb = blockDim.x / G, gi = threadIdx.x / G;
@@ -77,27 +81,38 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
         for (int e = 0; e < V; ++e) m = MaxOp::combine(m, elem<A>(r[p], e));
     m = row_reduce<MaxOp, true>(m, G, mask, scratch.at(0));
     opaque<T, MAXP>(r);
-    A s = A(0);
+    // ms: the segment's max, 0 where that is -inf (its exps are then 0, not NaN; its sum is not combined).
+    const A ms = KEEP && m == lowest<A>() ? A(0) : m;
+    A s = A(0), ex[KEEP * V + 1];
 #pragma unroll
     for (int p = 0; p < MAXP; ++p)
       if (p < packs)
 #pragma unroll
-        for (int e = 0; e < V; ++e) s += fast_exp<A>(elem<A>(r[p], e) - m);
+        for (int e = 0; e < V; ++e) {
+          const A t = fast_exp<A>(elem<A>(r[p], e) - ms);
+          if (p < KEEP) ex[p * V + e] = t;
+          s += t;
+        }
     s = row_reduce<SumOp, true>(s, G, mask, scratch.at(1));
+    A kept = A(1);  // exp(ms - m) once m is the row's max
     if (parts > 1) {
       const A mine[2] = {m, s};
       const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
       if (phase == 1) continue;
+      const A own = m;
       combine_softmax_parts(sl, parts, m, s, scratch_mem);  // after the exchange's barrier
+      kept = own == lowest<A>() ? A(0) : fast_exp<A>(own - m);  // a row all -inf: 0 * (1 / 0) = NaN
     }
-    const A inv = A(1) / s, ls = acc_log<A>(s);
-    opaque<T, MAXP>(r);
+    const A inv = A(1) / s, ls = acc_log<A>(s), kept_inv = inv * kept;
+    opaque<T, MAXP, KEEP>(r);
     T* yr = y + row * n + begin;
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
         P o;
-        auto out = [&](int e) { return softmax_out<MODE>(elem<A>(r[p], e) - m, inv, ls); };
+        auto out = [&](int e) {
+          return p < KEEP ? ex[p * V + e] * kept_inv : softmax_out<MODE>(elem<A>(r[p], e) - m, inv, ls);
+        };
 #pragma unroll
         for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
         store_pack<T>(yr, o, p, L);

@@ -136,10 +136,11 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n) {
 // An optimisation barrier on register packs: the compiler must assume they changed, so it converts
 // them again in the next pass instead of keeping the previous pass's float values live (which would
 // double the registers a half-type row needs and spill).
-template <typename T, int MAXP>
+// Packs before FROM are left alone (dead after the previous pass, they need no registers).
+template <typename T, int MAXP, int FROM = 0>
 __device__ __forceinline__ void opaque(typename Vec16<T>::type (&r)[MAXP]) {
 #pragma unroll
-  for (int p = 0; p < MAXP; ++p) {
+  for (int p = FROM; p < MAXP; ++p) {
     unsigned* w = reinterpret_cast<unsigned*>(&r[p]);
 #pragma unroll
     for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(w[i]));
