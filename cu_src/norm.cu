@@ -22,26 +22,21 @@ template <typename T, int PACKS> struct NormBwdThreads {
 template <typename T, int PACKS> struct NormBwdMinBlocks { static constexpr int value = sizeof(T) == 2 && PACKS == 1 ? 1 : 2; };
 
 // The row statistics from the parts' (segment mean, M2) pairs (layer, Chan et al.: M2 = sum over parts
-// of M2_q + n_q * (mean_q - mean)^2) or sums of squares (rms: m2 = their sum, mean unchanged); parallel
-// over the parts, then block reductions in fixed order (every block of a row gets the same result).
+// of M2_q + n_q * (mean_q - mean)^2) or sums of squares (rms: m2 = their sum, mean unchanged), parts
+// segments of `chunk` elements; by every warp alike (warp_combine: no block barrier, the same result in
+// every block of the row).
 template <int MODE, typename A>
 __device__ __forceinline__ void combine_norm_parts(const A* sl, int parts, long long chunk, long long n, A inv_n,
-                                                   A& mean, A& m2, A* scratch) {
+                                                   A& mean, A& m2) {
   if (MODE == LAYER) {
-    A total = A(0);
-    for (int q = threadIdx.x; q < parts; q += blockDim.x) total += ld_part(sl + 2 * q) * A(min(chunk, n - q * chunk));
-    mean = block_reduce<SumOp>(total, scratch) * inv_n;
-    m2 = A(0);
-    for (int q = threadIdx.x; q < parts; q += blockDim.x) {
-      const A nq = A(min(chunk, n - q * chunk));
+    auto len = [&](int q) { return A(min(chunk, n - q * chunk)); };
+    mean = warp_combine<SumOp, A>(parts, [&](int q) { return ld_part(sl + 2 * q) * len(q); }) * inv_n;
+    m2 = warp_combine<SumOp, A>(parts, [&](int q) {
       const A dq = ld_part(sl + 2 * q) - mean;
-      m2 += ld_part(sl + 2 * q + 1) + nq * dq * dq;
-    }
-    m2 = block_reduce<SumOp>(m2, scratch);
+      return ld_part(sl + 2 * q + 1) + len(q) * dq * dq;
+    });
   } else {
-    A t[1];
-    sum_parts<A, 1>(sl, parts, t, scratch);
-    m2 = t[0];
+    m2 = warp_combine<SumOp, A>(parts, [&](int q) { return ld_part(sl + q); });
   }
 }
 
@@ -153,7 +148,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
         const A mine[2] = {seg_mean, m2};
         const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
         if (phase == 1) continue;
-        combine_norm_parts<LAYER>(sl, parts, chunk, n, inv_n, mean, m2, scratch_mem);  // after the exchange's barrier
+        combine_norm_parts<LAYER>(sl, parts, chunk, n, inv_n, mean, m2);  // after the exchange's barrier
       }
       rstd = acc_rsqrt<A>(m2 * inv_n + eps);
     } else {
@@ -171,7 +166,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
         const A mine[1] = {ss};
         const A* sl = row_parts<A, 1>(mine, slots, sync, row, part, parts, phase);
         if (phase == 1) continue;
-        combine_norm_parts<RMS>(sl, parts, chunk, n, inv_n, mean, ss, scratch_mem);
+        combine_norm_parts<RMS>(sl, parts, chunk, n, inv_n, mean, ss);
       }
       rstd = acc_rsqrt<A>(ss * inv_n + eps);
     }
@@ -199,13 +194,11 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
 template <typename T, int MAXP, typename F>
 __device__ __forceinline__ float own_sum(const typename Vec16<T>::type* set, const RowLayout<T>& L, F f) {
   float acc = 0.f;
+  for_own_packs<MAXP>(L, [&](int p) {
+    const typename Vec16<T>::type v = own_slot<MAXP>(set, 0, p);
 #pragma unroll
-  for (int p = 0; p < MAXP; ++p)
-    if (p < L.packs && L.at(p) < L.len) {
-      const typename Vec16<T>::type v = own_slot<MAXP>(set, 0, p);
-#pragma unroll
-      for (int e = 0; e < L.V; ++e) acc += f(elem<float>(v, e));
-    }
+    for (int e = 0; e < L.V; ++e) acc += f(elem<float>(v, e));
+  });
   return acc;
 }
 
@@ -251,18 +244,8 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
     publish_tagged<K>(mine, words, row, part, parts);
   };
   auto write = [&](long long row, const P* set) {
-    const float* got = collect_tagged<K>(words, row, parts);
     float mean = 0.f, m2;
-    if (MODE == LAYER) {  // Chan et al., as combine_norm_parts
-      auto len = [&](int q) { return float(min(chunk, n - q * chunk)); };
-      mean = warp_combine<SumOp>(parts, [&](int q) { return got[2 * q] * len(q); }) * inv_n;
-      m2 = warp_combine<SumOp>(parts, [&](int q) {
-        const float dq = got[2 * q] - mean;
-        return got[2 * q + 1] + len(q) * dq * dq;
-      });
-    } else {
-      m2 = warp_combine<SumOp>(parts, [&](int q) { return got[q]; });
-    }
+    combine_norm_parts<MODE>(collect_tagged<K>(words, row, parts), parts, chunk, n, inv_n, mean, m2);
     const float rstd = acc_rsqrt<float>(m2 * inv_n + eps);
     if (part == 0 && threadIdx.x == 0) {
       if (mean_out) mean_out[row] = mean;
@@ -773,11 +756,10 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
     load_stats(row + row_step);
     const float mean = cur.x, rstd = cur.y;
     float c1 = 0.f, c2 = 0.f;
-#pragma unroll
-    for (int p = 0; p < MAXP; ++p)
-      if (p < packs && L.at(p) < L.len)
-        bwd_sums_pack<T, MODE, FROM_OUTPUT>(own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p), wr[p], br[p], mean,
-                                            rstd, c1, c2);
+    for_own_packs<MAXP>(L, [&](int p) {
+      bwd_sums_pack<T, MODE, FROM_OUTPUT>(own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p), wr[p], br[p], mean,
+                                          rstd, c1, c2);
+    });
     if (!FROM_OUTPUT) c2 *= rstd;
     row_reduce2<true>(c1, c2, blockDim.x, 0xffffffffu, scratch.at(0));  // at(0), at(1)
     scratch.next_row();
@@ -791,16 +773,13 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
     const float mean = wq.x, rstd = wq.y;
     wq = cur;
     T* dxr = dx + row * n + begin;
-#pragma unroll
-    for (int p = 0; p < MAXP; ++p) {
-      if (p < packs && L.at(p) < L.len) {
-        P o;
-        bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p), wr[p],
-                                                  br[p], mean, rstd, c[0] * inv_n, c[1] * inv_n, o, aw + p * V,
-                                                  DBS ? ab + p * V : ab);
-        store_pack<T>(dxr, o, p, L);
-      }
-    }
+    for_own_packs<MAXP>(L, [&](int p) {
+      P o;
+      bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p), wr[p], br[p],
+                                                mean, rstd, c[0] * inv_n, c[1] * inv_n, o, aw + p * V,
+                                                DBS ? ab + p * V : ab);
+      store_pack<T>(dxr, o, p, L);
+    });
   };
   pipelined_parts<T, MAXP, 2>(src2, rows, n, begin, parts, L, reduce, write);
   const long long rg = blockIdx.x / parts;

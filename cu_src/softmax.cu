@@ -141,21 +141,17 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) softmax_fwd_parts(const
   const T* const src[1] = {x};
   auto reduce = [&](long long row, const P* set) {
     float m = lowest<float>(), s = 0.f;
+    for_own_packs<MAXP>(L, [&](int p) {
+      const P v = own_slot<MAXP>(set, 0, p);
 #pragma unroll
-    for (int p = 0; p < MAXP; ++p)
-      if (p < packs && L.at(p) < L.len) {
-        const P v = own_slot<MAXP>(set, 0, p);
-#pragma unroll
-        for (int e = 0; e < V; ++e) m = MaxOp::combine(m, elem<float>(v, e));
-      }
+      for (int e = 0; e < V; ++e) m = MaxOp::combine(m, elem<float>(v, e));
+    });
     m = block_reduce<MaxOp, true>(m, scratch.at(0));
+    for_own_packs<MAXP>(L, [&](int p) {
+      const P v = own_slot<MAXP>(set, 0, p);
 #pragma unroll
-    for (int p = 0; p < MAXP; ++p)
-      if (p < packs && L.at(p) < L.len) {
-        const P v = own_slot<MAXP>(set, 0, p);
-#pragma unroll
-        for (int e = 0; e < V; ++e) s += fast_exp<float>(elem<float>(v, e) - m);
-      }
+      for (int e = 0; e < V; ++e) s += fast_exp<float>(elem<float>(v, e) - m);
+    });
     s = block_reduce<SumOp, true>(s, scratch.at(1));
     scratch.next_row();
     const float mine[2] = {m, s};
@@ -284,13 +280,11 @@ __global__ void __launch_bounds__(512, 1) softmax_bwd_parts(const T* y, const T*
   const T* const src[2] = {y, dy};
   auto reduce = [&](long long row, const P* set) {
     float c = 0.f;
+    for_own_packs<MAXP>(L, [&](int p) {
+      const P yp = own_slot<MAXP>(set, 0, p), gp = own_slot<MAXP>(set, 1, p);
 #pragma unroll
-    for (int p = 0; p < MAXP; ++p)
-      if (p < packs && L.at(p) < L.len) {
-        const P yp = own_slot<MAXP>(set, 0, p), gp = own_slot<MAXP>(set, 1, p);
-#pragma unroll
-        for (int e = 0; e < V; ++e) c += softmax_grad_term<MODE>(elem<float>(yp, e), elem<float>(gp, e));
-      }
+      for (int e = 0; e < V; ++e) c += softmax_grad_term<MODE>(elem<float>(yp, e), elem<float>(gp, e));
+    });
     const float mine[1] = {block_reduce<SumOp, true>(c, scratch.at(0))};
     scratch.next_row();
     publish_tagged<1>(mine, words, row, part, parts);

@@ -408,9 +408,10 @@ __device__ __noinline__ const float* exchange_tagged(const float (&v)[K], unsign
 // Op over term(q) of the parts q = 0 .. parts-1 of a row (e.g. read from collect_tagged's copy), by every
 // warp alike: lane l takes parts l, l + 32, ..., then a butterfly. No block barrier; every warp of every
 // block of the row gets the same value (deterministic).
-template <typename Op, typename F>
-__device__ __forceinline__ float warp_combine(int parts, F term) {
-  float v = Op::template identity<float>();
+template <typename Op, typename A = float, typename F>
+__device__ __forceinline__ A warp_combine(int parts, F term) {
+  A v = Op::template identity<A>();
+#pragma unroll 1
   for (int q = threadIdx.x & 31; q < parts; q += 32) v = Op::combine(v, term(q));
   return group_reduce<Op>(v, 32);
 }
@@ -419,6 +420,14 @@ __device__ __forceinline__ float warp_combine(int parts, F term) {
 template <int MAXP, typename P>
 __device__ __forceinline__ P own_slot(const P* set, int t, int p) {
   return set[(t * MAXP + p) * blockDim.x + threadIdx.x];
+}
+
+// f(p) for each pack p of this thread that lies inside its segment (of a pipelined_parts set: own_slot).
+template <int MAXP, typename T, typename F>
+__device__ __forceinline__ void for_own_packs(const RowLayout<T>& L, F f) {
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p)
+    if (p < L.packs && L.at(p) < L.len) f(p);
 }
 
 // Rows split over `parts` co-resident blocks, pipelined: each block's segment of a row is staged in one
