@@ -362,7 +362,7 @@ def test_periodic_rows_on_host_matches_numpy():
         periodic += p is not None and p.path == "periodic"
     x = random_bits((48, 32), "float32", g)
     assert check_on_host(exe, x, x, BRICK_CASE, "brick", 10).path == "periodic"
-    assert periodic > 100
+    assert periodic > 60  # ~125 +- 9 of the 400 draws take the path (91 once: > 100 was flaky)
 
 
 BRICK_CASE = ((2048, 2048), (4096, 4096))
