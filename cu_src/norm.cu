@@ -36,7 +36,9 @@ __device__ __forceinline__ void combine_norm_parts(const A* sl, int parts, long 
       return ld_part(sl + 2 * q + 1) + len(q) * dq * dq;
     });
   } else {
-    m2 = warp_combine<SumOp, A>(parts, [&](int q) { return ld_part(sl + q); });
+    A t[1];
+    sum_parts<A, 1>(sl, parts, t);
+    m2 = t[0];
   }
 }
 
@@ -436,7 +438,7 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
       const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
       if (phase == 1) continue;
       A t[2];
-      sum_parts<A, 2>(sl, parts, t, scratch);
+      sum_parts<A, 2>(sl, parts, t);
       c1 = t[0];
       c2 = t[1];
     }
@@ -767,9 +769,8 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
     publish_tagged<2>(mine, words, row, part, parts);
   };
   auto write = [&](long long row, const P* set) {
-    const float* got = collect_tagged<2>(words, row, parts);
-    const float c[2] = {warp_combine<SumOp>(parts, [&](int q) { return got[2 * q]; }),
-                        warp_combine<SumOp>(parts, [&](int q) { return got[2 * q + 1]; })};
+    float c[2];
+    sum_parts<float, 2>(collect_tagged<2>(words, row, parts), parts, c);
     const float mean = wq.x, rstd = wq.y;
     wq = cur;
     T* dxr = dx + row * n + begin;

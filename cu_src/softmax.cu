@@ -10,25 +10,19 @@
 
 enum { SOFTMAX = 0, LOG_SOFTMAX = 1 };
 
-// Row statistics (max m, sum s of exp(x - m)) of the partial rows. Thread t reads parts t, t + block,
-// ... (one round of parallel L2 loads, not a chain of `parts` dependent ones), then block reductions
-// in a fixed order: every block of the row gets the same result (deterministic). A part whose max is
-// -inf adds nothing (its own sum is NaN); a row all -inf keeps m = -inf -> NaN.
+// Row statistics (max m, sum s of exp(x - m)) from the parts' (max, sum) pairs, by every warp alike
+// (warp_combine: the same result in every block of the row, deterministic). A part whose max is -inf adds
+// nothing (its own sum is NaN); a row all -inf keeps m = -inf -> NaN.
 template <typename A>
-__device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& m, A& sum, A* scratch) {
-  A M = lowest<A>();
-  for (int q = threadIdx.x; q < parts; q += blockDim.x) M = MaxOp::combine(M, ld_part(s + 2 * q));
-  M = block_reduce<MaxOp>(M, scratch);
-  A S = A(0);
-  for (int q = threadIdx.x; q < parts; q += blockDim.x) {
+__device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& m, A& sum) {
+  const A M = warp_combine<MaxOp, A>(parts, [&](int q) { return ld_part(s + 2 * q); });
+  sum = warp_combine<SumOp, A>(parts, [&](int q) {
     const A mq = ld_part(s + 2 * q);
-    if (mq != lowest<A>()) S += ld_part(s + 2 * q + 1) * fast_exp<A>(mq - M);
-  }
+    return mq == lowest<A>() ? A(0) : ld_part(s + 2 * q + 1) * fast_exp<A>(mq - M);
+  });
   m = M;
-  sum = block_reduce<SumOp>(S, scratch);
 }
 
-// One output pack of the forward from an input pack: exp(x - m) * inv (softmax) or x - m - ls.
 // One output element of the forward from d = x - m: exp(d) * inv (softmax) or d - ls, ls = log(sum).
 template <int MODE, typename A>
 __device__ __forceinline__ A softmax_out(A d, A inv, A ls) {
@@ -100,7 +94,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
       const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
       if (phase == 1) continue;
       const A own = m;
-      combine_softmax_parts(sl, parts, m, s, scratch_mem);  // after the exchange's barrier
+      combine_softmax_parts(sl, parts, m, s);  // after the exchange's barrier
       kept = own == lowest<A>() ? A(0) : fast_exp<A>(own - m);  // a row all -inf: 0 * (1 / 0) = NaN
     }
     const A inv = A(1) / s, ls = acc_log<A>(s), kept_inv = inv * kept;
@@ -158,11 +152,8 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) softmax_fwd_parts(const
     publish_tagged<2>(mine, words, row, part, parts);
   };
   auto write = [&](long long row, const P* set) {
-    const float* got = collect_tagged<2>(words, row, parts);
-    const float m = warp_combine<MaxOp>(parts, [&](int q) { return got[2 * q]; });
-    const float s = warp_combine<SumOp>(parts, [&](int q) {  // a part whose max is -inf adds nothing
-      return got[2 * q] == lowest<float>() ? 0.f : got[2 * q + 1] * fast_exp<float>(got[2 * q] - m);
-    });
+    float m, s;
+    combine_softmax_parts(collect_tagged<2>(words, row, parts), parts, m, s);
     const float inv = 1.f / s, ls = acc_log<float>(s);
     T* yr = y + row * n + begin;
 #pragma unroll
@@ -242,7 +233,7 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
       const A* s = row_parts<A, 1>(mine, slots, sync, row, part, parts, phase);
       if (phase == 1) continue;
       A cs[1];
-      sum_parts<A, 1>(s, parts, cs, scratch);
+      sum_parts<A, 1>(s, parts, cs);
       c = cs[0];
     }
     opaque<T, MAXP>(ry);  // convert again below rather than keep float copies live (half types)
@@ -290,8 +281,9 @@ __global__ void __launch_bounds__(512, 1) softmax_bwd_parts(const T* y, const T*
     publish_tagged<1>(mine, words, row, part, parts);
   };
   auto write = [&](long long row, const P* set) {
-    const float* got = collect_tagged<1>(words, row, parts);
-    const float c = warp_combine<SumOp>(parts, [&](int q) { return got[q]; });
+    float cs[1];
+    sum_parts<float, 1>(collect_tagged<1>(words, row, parts), parts, cs);
+    const float c = cs[0];
     T* dxr = dx + row * n + begin;
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {

@@ -498,23 +498,10 @@ __device__ __forceinline__ const A* row_parts(const A (&v)[K], A* slots, int* sy
   return s;
 }
 
-// out[k] = sum over the parts' slots s[q * K + k]: thread t reads parts t, t + block, ... (parallel L2
-// loads), then a block reduction in fixed order, so every block of a row gets the same sums.
-// K = 2 reduces both sums with one pair of barriers (scratch: 64 entries).
+// out[k] = sum over the parts' slots s[q * K + k] (the exchange's copy, collect_tagged's, or global memory
+// written by a previous launch), by every warp alike (warp_combine): the same sums in every block of a row.
 template <typename A, int K>
-__device__ __forceinline__ void sum_parts(const A* s, int parts, A (&out)[K], A* scratch) {
-  A acc[K];
+__device__ __forceinline__ void sum_parts(const A* s, int parts, A (&out)[K]) {
 #pragma unroll
-  for (int k = 0; k < K; ++k) acc[k] = A(0);
-  for (int q = threadIdx.x; q < parts; q += blockDim.x)
-#pragma unroll
-    for (int k = 0; k < K; ++k) acc[k] += ld_part(s + q * K + k);
-  if (K == 2) {
-    row_reduce2(acc[0], acc[K - 1], blockDim.x, 0xffffffffu, scratch);
-#pragma unroll
-    for (int k = 0; k < K; ++k) out[k] = acc[k];
-    return;
-  }
-#pragma unroll
-  for (int k = 0; k < K; ++k) out[k] = block_reduce<SumOp>(acc[k], scratch);
+  for (int k = 0; k < K; ++k) out[k] = warp_combine<SumOp, A>(parts, [&](int q) { return ld_part(s + q * K + k); });
 }
