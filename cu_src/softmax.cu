@@ -10,17 +10,24 @@
 
 enum { SOFTMAX = 0, LOG_SOFTMAX = 1 };
 
-// Row statistics (max m, sum s of exp(x - m)) from the parts' (max, sum) pairs, by every warp alike
-// (warp_combine: the same result in every block of the row, deterministic). A part whose max is -inf adds
-// nothing (its own sum is NaN); a row all -inf keeps m = -inf -> NaN.
+// Row statistics (max m, sum s of exp(x - m)) of the partial rows. Thread t reads parts t, t + block,
+// ... (one round of parallel L2 loads, not a chain of `parts` dependent ones), then block reductions
+// in a fixed order: every block of the row gets the same result (deterministic). A part whose max is
+// -inf adds nothing (its own sum is NaN); a row all -inf keeps m = -inf -> NaN.
+// softmax_fwd takes this block-reduced form: the warp form (softmax_fwd_parts) made its float32 instance
+// spill 4 bytes at 64 registers, 65536x128 18.6 -> 19.6 us and 4096² 33.5 -> 34.6 (benchmarks/notes.md).
 template <typename A>
-__device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& m, A& sum) {
-  const A M = warp_combine<MaxOp, A>(parts, [&](int q) { return ld_part(s + 2 * q); });
-  sum = warp_combine<SumOp, A>(parts, [&](int q) {
+__device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& m, A& sum, A* scratch) {
+  A M = lowest<A>();
+  for (int q = threadIdx.x; q < parts; q += blockDim.x) M = MaxOp::combine(M, ld_part(s + 2 * q));
+  M = block_reduce<MaxOp>(M, scratch);
+  A S = A(0);
+  for (int q = threadIdx.x; q < parts; q += blockDim.x) {
     const A mq = ld_part(s + 2 * q);
-    return mq == lowest<A>() ? A(0) : ld_part(s + 2 * q + 1) * fast_exp<A>(mq - M);
-  });
+    if (mq != lowest<A>()) S += ld_part(s + 2 * q + 1) * fast_exp<A>(mq - M);
+  }
   m = M;
+  sum = block_reduce<SumOp>(S, scratch);
 }
 
 // One output element of the forward from d = x - m: exp(d) * inv (softmax) or d - ls, ls = log(sum).
@@ -94,7 +101,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
       const A* sl = row_parts<A, 2>(mine, slots, sync, row, part, parts, phase);
       if (phase == 1) continue;
       const A own = m;
-      combine_softmax_parts(sl, parts, m, s);  // after the exchange's barrier
+      combine_softmax_parts(sl, parts, m, s, scratch_mem);  // after the exchange's barrier
       kept = own == lowest<A>() ? A(0) : fast_exp<A>(own - m);  // a row all -inf: 0 * (1 / 0) = NaN
     }
     const A inv = A(1) / s, ls = acc_log<A>(s), kept_inv = inv * kept;
@@ -152,8 +159,11 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) softmax_fwd_parts(const
     publish_tagged<2>(mine, words, row, part, parts);
   };
   auto write = [&](long long row, const P* set) {
-    float m, s;
-    combine_softmax_parts(collect_tagged<2>(words, row, parts), parts, m, s);
+    const float* got = collect_tagged<2>(words, row, parts);
+    const float m = warp_combine<MaxOp>(parts, [&](int q) { return got[2 * q]; });
+    const float s = warp_combine<SumOp>(parts, [&](int q) {  // a part whose max is -inf adds nothing
+      return got[2 * q] == lowest<float>() ? 0.f : got[2 * q + 1] * fast_exp<float>(got[2 * q] - m);
+    });
     const float inv = 1.f / s, ls = acc_log<float>(s);
     T* yr = y + row * n + begin;
 #pragma unroll
