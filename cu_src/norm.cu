@@ -73,9 +73,9 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
   constexpr int MAXP = FwdPacks<T>::value;
   __shared__ A scratch_mem[2 * 3 * 32];
   RowScratch<A, 3> scratch{scratch_mem};  // one barrier a reduction
-  const int gpb = blockDim.x / G, gi = threadIdx.x / G;
-  const int part = blockIdx.x % parts;
-  const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
+  const RowGrid at(G, parts);
+  const int gpb = at.gpb, gi = at.gi, part = at.part;
+  const long long nrg = at.nrg, rg = at.rg;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
   const unsigned mask = group_mask(G);
@@ -402,9 +402,9 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
   constexpr int K = MAXP * V;  // accumulator slots per thread: slot p * V + e
   __shared__ A scratch[64];
   extern __shared__ int4 dyn_smem[];
-  const int gpb = blockDim.x / G, gi = threadIdx.x / G;
-  const int part = blockIdx.x % parts;
-  const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
+  const RowGrid at(G, parts);
+  const int gpb = at.gpb, gi = at.gi, part = at.part;
+  const long long nrg = at.nrg, rg = at.rg;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
   const unsigned mask = group_mask(G);

@@ -58,21 +58,24 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
   constexpr int KEEP = MODE != SOFTMAX ? 0 : sizeof(T) == 2 ? 1 : MAXP;
   __shared__ A scratch_mem[2 * 2 * 32];
   RowScratch<A, 2> scratch{scratch_mem};  // one barrier a reduction
-  const int gpb = blockDim.x / G, gi = threadIdx.x / G;
-  const int part = blockIdx.x % parts;
-  const long long nrg = gridDim.x / parts, rg = blockIdx.x / parts;
+  const RowGrid at(G, parts);
+  const int gpb = at.gpb, gi = at.gi, part = at.part;
+  const long long nrg = at.nrg, rg = at.rg;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
-  const unsigned mask = group_mask(G);
+  const unsigned mask = 0xffffffffu;  // whole warps loop together (RowGrid::lead)
   extern __shared__ int4 staged[];
   P* const sx = reinterpret_cast<P*>(staged);
   const long long step = nrg * gpb, ahead = STAGE == 2 ? 2 * step : step;  // the row staged next
-  long long row = rg * gpb + gi;
-  stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L, step * n, row + step < rows);
-  for (; row < rows; row += step, scratch.next_row()) {
+  const long long first = rg * gpb + gi;
+  stage_first<STAGE, T, MAXP>(sx, x, first * n + begin, first < rows, L, step * n, first + step < rows);
+  const int lead = STAGE ? 0 : at.lead;  // staged: a block a row
+  for (long long row = first; row - lead < rows; row += step, scratch.next_row()) {
+    const bool live = STAGE || row < rows;
+    const long long from = (live ? row : rows - 1) * n + begin;  // past the end: the last row again, not stored
     P r[MAXP];
     // -inf: neutral for max and exp-sum
-    load_row<STAGE, T, MAXP>(r, sx + (STAGE == 2 ? scratch.odd() * MAXP * blockDim.x : 0), x, row * n + begin,
+    load_row<STAGE, T, MAXP>(r, sx + (STAGE == 2 ? scratch.odd() * MAXP * blockDim.x : 0), x, from,
                              ahead * n, row + ahead < rows, L, -__int_as_float(0x7f800000));
     A m = lowest<A>();
 #pragma unroll
@@ -109,7 +112,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
     T* yr = y + row * n + begin;
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
-      if (p < packs) {
+      if (p < packs && live) {
         P o;
         auto out = [&](int e) {
           return p < KEEP ? ex[p * V + e] * kept_inv : softmax_out<MODE>(elem<A>(r[p], e) - m, inv, ls);
@@ -215,20 +218,22 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = PACKS;
   __shared__ A scratch[32];
-  const int gpb = blockDim.x / G, gi = threadIdx.x / G;
-  const int part = blockIdx.x % parts;
-  const int nrg = gridDim.x / parts, rg = blockIdx.x / parts;
+  const RowGrid at(G, parts);
+  const int gpb = at.gpb, gi = at.gi, part = at.part;
+  const int nrg = at.nrg, rg = at.rg;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
-  const unsigned mask = group_mask(G);
+  const unsigned mask = 0xffffffffu;  // whole warps loop together (RowGrid::lead)
   extern __shared__ int4 staged[];
   P* const sy = reinterpret_cast<P*>(staged);
   P* const sd = sy + packs * blockDim.x;
   const int step = nrg * gpb;  // 32 bits (plan() caps grid * gpb at 2^30): the 64-bit product spilled
   long long row = rg * gpb + gi;
   if (STAGE) stage_first_pair<T, MAXP>(sy, sd, y, dy, row * n + begin, row < rows, L);
-  for (; row < rows; row += step) {
-    const long long off = row * n + begin;
+  const int lead = STAGE ? 0 : at.lead;  // staged: a block a row
+  for (; row - lead < rows; row += step) {
+    const bool live = STAGE || row < rows;
+    const long long off = (live ? row : rows - 1) * n + begin;  // past the end: the last row again, not stored
     P ry[MAXP], rd[MAXP];
     load_row_pair<STAGE, T, MAXP>(ry, rd, sy, sd, y, dy, off, step * n, row + step < rows, L);
     A c = A(0);
@@ -255,7 +260,7 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
         auto out = [&](int e) { return softmax_grad<MODE>(elem<A>(ry[p], e), elem<A>(rd[p], e), c); };
 #pragma unroll
         for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
-        store_pack<T>(dx + off, o, p, L);
+        if (live) store_pack<T>(dx + off, o, p, L);
       }
     }
   }

@@ -38,12 +38,13 @@ template <> __device__ __forceinline__ float MinOp::combine<float>(float a, floa
 
 // Butterfly over `width` consecutive lanes (a power of two <= 32); every lane gets the result.
 // `mask` names the lanes taking part (a sub-warp group whose partners may have left a loop).
-// Unrolled with immediate offsets (a run-time width only predicates the steps).
+// Unrolled with immediate offsets (a run-time width only predicates the steps). An offset below the
+// width keeps a lane inside its group, so the shuffles need no width (one instruction less a step).
 template <typename Op, typename A>
 __device__ __forceinline__ A group_reduce(A v, int width, unsigned mask = 0xffffffffu) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2)
-    if (offset < width) v = Op::combine(v, __shfl_xor_sync(mask, v, offset, width));
+    if (offset < width) v = Op::combine(v, __shfl_xor_sync(mask, v, offset));
   return v;
 }
 
@@ -53,7 +54,7 @@ __device__ __forceinline__ void group_reduce2(A& a, A& b, int width, unsigned ma
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2)
     if (offset < width) {
-      const A ta = __shfl_xor_sync(mask, a, offset, width), tb = __shfl_xor_sync(mask, b, offset, width);
+      const A ta = __shfl_xor_sync(mask, a, offset), tb = __shfl_xor_sync(mask, b, offset);
       a += ta;
       b += tb;
     }

@@ -287,6 +287,29 @@ __device__ __forceinline__ unsigned group_mask(int G) {
   return ((1u << G) - 1u) << ((threadIdx.x & 31) & ~(G - 1));
 }
 
+// A thread's place in the row grid: groups of G threads (a power of two) a row segment, gpb groups a
+// block, `parts` blocks a row; block b takes segment `part` = b % parts of the rows of its group gi in row
+// group rg = b / parts, row groups stepping by nrg = grid / parts. Shifts by log2 G, not divisions (~20
+// instructions each; a thread on 65536x128 executes ~650). (Skipping the divisions by parts where it is 1
+// spilled the staged float rms forward.)
+// lead: the group's place in its warp (0 for a group of a warp or more). softmax_fwd / softmax_bwd loop while
+// the warp's first group has a row (row - lead < rows), so whole warps reach the shuffles and their mask is
+// the constant full one (no divergence check and WARPSYNC a step); a group past the last row loads the last
+// row again and stores nothing.
+struct RowGrid {
+  int gpb, gi, part, lead;
+  long long nrg, rg;
+  __device__ __forceinline__ RowGrid(int G, int parts) {
+    const int gs = __ffs(G) - 1;
+    gpb = blockDim.x >> gs;
+    gi = threadIdx.x >> gs;
+    lead = G < 32 ? (threadIdx.x & 31) >> gs : 0;
+    part = blockIdx.x % parts;
+    nrg = gridDim.x / parts;
+    rg = blockIdx.x / parts;
+  }
+};
+
 // Reduction over the threads sharing a row segment: a shuffle butterfly for a sub-warp group, the
 // block reduction (two barriers, fixed order) when the group is the block. Every thread gets it.
 // ONCE: one barrier (block_reduce's ONCE: the caller alternates scratch buffers, see RowScratch).

@@ -51,6 +51,7 @@ def fwd_threads(dtype: str, n: int | None = None) -> int:
 
 
 MAX_THREADS_PER_SM = 2048  # sm_80 / sm_90
+SUBWARP_GRID = {"per_sm": None}  # a probe switch: plan()'s loop_blocks_per_sm where a caller gives none
 MAX_EXCHANGE_PARTS = 256   # rows.cuh
 
 
@@ -85,13 +86,16 @@ class Plan:
 
 
 def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: int, persistent: bool = False,
-         force: str | None = None, min_blocks: int | None = None, occupancy=None, long_rows: str | None = None) -> Plan:
+         force: str | None = None, min_blocks: int | None = None, occupancy=None, long_rows: str | None = None,
+         loop_blocks_per_sm: int | None = None) -> Plan:
     """Geometry for a row length: a sub-warp group of G <= 32 threads when a row is <= 32 * TARGET_PACKS
     packs, else a block of up to `max_threads` threads, else `parts` blocks per row.
     `persistent` caps the grid at the resident block count (norm backward: one partial row per block).
     `force="block"` takes the block path even for short rows (a ladder variant and a test hook).
     `min_blocks`: resident blocks per SM the kernel's __launch_bounds__ guarantees (default: rows.cuh's);
-    `occupancy(threads)`, when given, the device's exact figure. `long_rows`: "split" or "exchange"."""
+    `occupancy(threads)`, when given, the device's exact figure. `long_rows`: "split" or "exchange".
+    `loop_blocks_per_sm`: a sub-warp grid of at most this many blocks an SM, each looping over rows (the
+    thread's set-up paid once for several rows)."""
     V = vec(dtype)
     P = ceil_div(n, V)  # packs per row
     target = min(TARGET_PACKS, maxp)
@@ -128,6 +132,9 @@ def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: i
         grid = min(groups, resident)  # one wave, all resident
     else:
         grid = min(groups, (1 << 30) // gpb)  # the kernels step rows by grid * gpb / parts in 32 bits
+        loop = loop_blocks_per_sm or SUBWARP_GRID["per_sm"]
+        if group <= 32 and loop:
+            grid = min(grid, loop * sm_count)
     return Plan(rows, n, group, threads, packs, parts, chunk, max(grid, parts), split)
 
 

@@ -70,6 +70,10 @@ def bwd_min_blocks(dtype: str, packs: int = 1) -> int:
 
 
 STAGE_FWD = {"on": True}  # rows of >= 512-thread blocks staged in shared memory (rw.stage_fwd); a probe switch
+# Sub-warp forward grids capped at this many blocks an SM, each looping over rows (rw.plan's loop_blocks_per_sm):
+# layer_norm 32768x1024 fp16 41.8 -> 39.5 us at 32 (65536x128 fp32 21.3 -> 21.2); rms_norm and softmax measured
+# slower capped (rms 34.4 -> 35.1), so they keep a block per row group (benchmarks/notes.md, session 7).
+LOOP_FWD = {"layer_norm": 32}
 STAGE_BWD = {"on": True}  # half-type rows of 1024-thread backward blocks staged likewise; a probe switch
 
 
@@ -245,7 +249,7 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                         long_rows="exchange" if variant == "counter" else
                         variant if variant in ("split", "exchange") else None)
             p = rw.plan(rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), current().sm_count,
-                        occupancy=rw.occupancy(kernel, name), **args)
+                        occupancy=rw.occupancy(kernel, name), loop_blocks_per_sm=LOOP_FWD.get(mode), **args)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
             pp = variant == "auto" and rw.pipelined_plan(SOURCE, _parts(dtype, mode), rows, n, dtype, al,
                                                          rw.PARTS_PACKS["norm"], p.threads)
