@@ -74,8 +74,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
   __shared__ A scratch_mem[2 * 3 * 32];
   RowScratch<A, 3> scratch{scratch_mem};  // one barrier a reduction
   const RowGrid at(G, parts);
-  const int gpb = at.gpb, gi = at.gi, part = at.part;
-  const long long nrg = at.nrg, rg = at.rg;
+  const int part = at.part;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
   const unsigned mask = group_mask(G);
@@ -83,8 +82,8 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
   const T* bb = b ? b + begin : nullptr;
   extern __shared__ int4 staged[];
   P* const sx = reinterpret_cast<P*>(staged);
-  const long long step = nrg * gpb, ahead = STAGE == 2 ? 2 * step : step;  // the row staged next
-  long long row = rg * gpb + gi;
+  const long long step = at.nrg * at.gpb, ahead = STAGE == 2 ? 2 * step : step;  // the row staged next
+  long long row = at.rg * at.gpb + at.gi;
   stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L, step * n, row + step < rows);
   const A inv_len = parts == 1 ? inv_n : A(1) / A(L.len);  // the host's 1 / n: no IEEE division a row
   for (; row < rows; row += step, scratch.next_row()) {
@@ -403,8 +402,8 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
   __shared__ A scratch[64];
   extern __shared__ int4 dyn_smem[];
   const RowGrid at(G, parts);
-  const int gpb = at.gpb, gi = at.gi, part = at.part;
-  const long long nrg = at.nrg, rg = at.rg;
+  const int gpb = at.gpb, part = at.part;
+  const long long rg = at.rg;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
   const unsigned mask = group_mask(G);
@@ -418,10 +417,10 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
   for (int k = 0; k < (DBS ? K : 1); ++k) ab[k] = A(0);
 
   // 32 bits (plan() caps grid * gpb at 2^30): a 64-bit product kept across the loop spilled
-  const int stride = (int)nrg * gpb;
+  const int stride = (int)at.nrg * gpb;
   P* const sa = reinterpret_cast<P*>(dyn_smem);
   P* const sb = sa + packs * blockDim.x;
-  long long row = rg * gpb + gi;
+  long long row = rg * gpb + at.gi;
   if (STAGE) stage_first_pair<T, MAXP>(sa, sb, src, dy, row * n + begin, row < rows, L);
   for (; row < rows; row += stride) {
     const long long off = row * n + begin;

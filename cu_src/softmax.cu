@@ -59,15 +59,14 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
   __shared__ A scratch_mem[2 * 2 * 32];
   RowScratch<A, 2> scratch{scratch_mem};  // one barrier a reduction
   const RowGrid at(G, parts);
-  const int gpb = at.gpb, gi = at.gi, part = at.part;
-  const long long nrg = at.nrg, rg = at.rg;
+  const int part = at.part;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
   const unsigned mask = 0xffffffffu;  // whole warps loop together (RowGrid::lead)
   extern __shared__ int4 staged[];
   P* const sx = reinterpret_cast<P*>(staged);
-  const long long step = nrg * gpb, ahead = STAGE == 2 ? 2 * step : step;  // the row staged next
-  const long long first = rg * gpb + gi;
+  const long long step = at.nrg * at.gpb, ahead = STAGE == 2 ? 2 * step : step;  // the row staged next
+  const long long first = at.rg * at.gpb + at.gi;
   stage_first<STAGE, T, MAXP>(sx, x, first * n + begin, first < rows, L, step * n, first + step < rows);
   const int lead = STAGE ? 0 : at.lead;  // staged: a block a row
   for (long long row = first; row - lead < rows; row += step, scratch.next_row()) {
@@ -219,16 +218,15 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
   constexpr int MAXP = PACKS;
   __shared__ A scratch[32];
   const RowGrid at(G, parts);
-  const int gpb = at.gpb, gi = at.gi, part = at.part;
-  const int nrg = at.nrg, rg = at.rg;
+  const int part = at.part;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
   const unsigned mask = 0xffffffffu;  // whole warps loop together (RowGrid::lead)
   extern __shared__ int4 staged[];
   P* const sy = reinterpret_cast<P*>(staged);
   P* const sd = sy + packs * blockDim.x;
-  const int step = nrg * gpb;  // 32 bits (plan() caps grid * gpb at 2^30): the 64-bit product spilled
-  long long row = rg * gpb + gi;
+  const int step = (int)at.nrg * at.gpb;  // 32 bits (plan() caps grid * gpb at 2^30): the 64-bit product spilled
+  long long row = (int)at.rg * at.gpb + at.gi;
   if (STAGE) stage_first_pair<T, MAXP>(sy, sd, y, dy, row * n + begin, row < rows, L);
   const int lead = STAGE ? 0 : at.lead;  // staged: a block a row
   for (; row - lead < rows; row += step) {
