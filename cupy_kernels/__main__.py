@@ -6,6 +6,25 @@ import sys
 
 ARCHS = ("sm_80", "sm_90")
 
+# Spills we accept, with the most bytes allowed: (file, arch, kernel) -> bytes.
+# - norm_bwd's two-pack half-type form (PACKS = 2) keeps dweight / dbias accumulators in local memory
+#   (L1): measured faster than the spill-free one-pack form on the long rows the host gives it
+#   (norm.TWO_PACK_FROM; benchmarks/notes.md). Every other half-type row takes the spill-free form.
+# - The others keep one value of the row loop in local memory: a store before the loop and one load per
+#   row (~1% of the loop's instructions): norm_bwd<float, 0, *> on sm_80 only, softmax_bwd<float, *,
+#   false> 8 bytes (sm_90 under NVRTC 13.0, the GPU machine's; sm_80 since its rows loop by whole warps,
+#   measured 1-2% faster on sm_90), and the wide half softmax backward (softmax_bwd<half type, 0, true, 4>)
+#   8-16 bytes on sm_90.
+KNOWN_SPILLS = {
+    **{("norm.cu", a, f"norm_bwd<{t}, {m}, {f}, false, 2>"): 800 if m == 0 else 160
+       for a in ARCHS for t in ("half", "bfloat16") for m in (0, 1) for f in (0, 1)},
+    **{("norm.cu", a, f"norm_bwd<{t}, 0, {f}, false, 2, false>"): 256  # the same without dbias sums
+       for a in ARCHS for t in ("half", "bfloat16") for f in (0, 1)},
+    **{("norm.cu", "sm_80", f"norm_bwd<float, 0, {f}, false, 2>"): 32 for f in (0, 1)},
+    **{("softmax.cu", a, f"softmax_bwd<float, {m}, false, 4>"): 8 for a in ARCHS for m in (0, 1)},
+    **{("softmax.cu", "sm_90", f"softmax_bwd<{t}, 0, true, 4>"): 16 for t in ("half", "bfloat16")},
+}
+
 
 def gpu_count() -> int:
     try:
@@ -30,7 +49,8 @@ def load_ops():
 
 
 def check(archs=ARCHS) -> int:
-    """Compile every declared kernel offline (NVRTC, no GPU); print registers/spills; 1 on any failure."""
+    """Compile every declared kernel offline (NVRTC, no GPU); print registers/spills; 1 on any failure (a
+    compile error, or a spill beyond KNOWN_SPILLS)."""
     from ._runtime import KernelCompileError, all_sources, compile_offline
 
     registry = load_ops()
@@ -47,7 +67,7 @@ def check(archs=ARCHS) -> int:
                 failures.append(str(e))
                 print(f"{name:<18} {arch:<6} FAILED")
                 continue
-            spills = [r for r in reports if r.spill_bytes]
+            spills = [r for r in reports if r.spill_bytes > KNOWN_SPILLS.get((name, arch, r.kernel), 0)]
             print(f"{name:<18} {arch:<6} {len(reports):>7} {max(r.registers for r in reports):>8} "
                   f"{sum(r.spill_bytes for r in reports):>8} {max(r.stack_bytes for r in reports):>8} "
                   f"{max(r.shared_bytes for r in reports):>8}")

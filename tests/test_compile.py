@@ -1,7 +1,8 @@
-"""CPU: every declared kernel compiles offline (NVRTC, no GPU) for sm_80 and sm_90 without spills."""
+"""CPU: every declared kernel compiles offline (NVRTC, no GPU) for sm_80 and sm_90 without spills (but the
+accepted ones, cupy_kernels.__main__.KNOWN_SPILLS)."""
 import pytest
 
-from cupy_kernels.__main__ import ARCHS, load_ops
+from cupy_kernels.__main__ import ARCHS, KNOWN_SPILLS, load_ops
 
 pytest.importorskip("cuda.core", reason="offline compile needs cuda-core + nvidia-cuda-nvrtc")
 SOURCES = load_ops()
@@ -11,26 +12,6 @@ def test_every_cu_file_is_declared():
     from cupy_kernels._runtime import all_sources
 
     assert set(all_sources()) <= set(SOURCES), "a cu_src file that no ops module declares"
-
-
-# Spills we accept, with the most bytes allowed: (file, arch, kernel) -> bytes.
-# - norm_bwd's two-pack half-type form (PACKS = 2) keeps dweight / dbias accumulators in local memory
-#   (L1): measured faster than the spill-free one-pack form on the long rows the host gives it
-#   (norm.TWO_PACK_FROM; benchmarks/notes.md). Every other half-type row takes the spill-free form.
-# - The others keep one value of the row loop in local memory: a store before the loop and one load per
-#   row (~1% of the loop's instructions): norm_bwd<float, 0, *> on sm_80 only, softmax_bwd<float, *,
-#   false> 8 bytes (sm_90 under NVRTC 13.0, the GPU machine's; sm_80 since its rows loop by whole warps,
-#   measured 1-2% faster on sm_90), and the wide half softmax backward (softmax_bwd<half type, 0, true, 4>)
-#   8-16 bytes on sm_90.
-KNOWN_SPILLS = {
-    **{("norm.cu", a, f"norm_bwd<{t}, {m}, {f}, false, 2>"): 800 if m == 0 else 160
-       for a in ARCHS for t in ("half", "bfloat16") for m in (0, 1) for f in (0, 1)},
-    **{("norm.cu", a, f"norm_bwd<{t}, 0, {f}, false, 2, false>"): 256  # the same without dbias sums
-       for a in ARCHS for t in ("half", "bfloat16") for f in (0, 1)},
-    **{("norm.cu", "sm_80", f"norm_bwd<float, 0, {f}, false, 2>"): 32 for f in (0, 1)},
-    **{("softmax.cu", a, f"softmax_bwd<float, {m}, false, 4>"): 8 for a in ARCHS for m in (0, 1)},
-    **{("softmax.cu", "sm_90", f"softmax_bwd<{t}, 0, true, 4>"): 16 for t in ("half", "bfloat16")},
-}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
