@@ -59,7 +59,7 @@ __device__ __forceinline__ A norm_out(const typename Vec16<T>::type& xp, const t
 //          one paired reduction, the exact two-pass where they would cancel (see below)
 //   rms:   y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)
 // STAGE: the next row staged in dynamic shared memory while this one is processed, as softmax_fwd.
-template <typename T, int MODE, int STAGE>
+template <typename T, int MODE, int STAGE, int GT = 0>
 __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, T* y, const T* __restrict__ w,
                                                   const T* __restrict__ b, typename AccOf<T>::type* __restrict__ mean_out,
                                                   typename AccOf<T>::type* __restrict__ rstd_out, long long rows,
@@ -67,13 +67,14 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
                                                   int aligned, typename AccOf<T>::type eps,
                                                   typename AccOf<T>::type inv_n, int phase, int* sync,
                                                   typename AccOf<T>::type* slots) {
+  fix_group<GT>(G, parts, aligned);
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = FwdPacks<T>::value;
   __shared__ A scratch_mem[2 * 3 * 32];
   RowScratch<A, 3> scratch{scratch_mem};  // one barrier a reduction
-  const RowGrid at(G, parts);
+  const RowGrid at(G, parts, GT == ROW_BLOCK);
   const int part = at.part;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};

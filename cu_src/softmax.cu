@@ -44,10 +44,11 @@ __device__ __forceinline__ A softmax_out(A d, A inv, A ls) {
 // looping over rows): dynamic shared memory of packs * blockDim.x 16-byte slots holds the next row,
 // copied (cp.async) while this one is reduced and written (a block per SM then still overlaps them);
 // STAGE 2: the next two rows, in two sets of slots (2 * MAXP * blockDim.x) alternating with the row's parity.
-template <typename T, int MODE, int STAGE>
+template <typename T, int MODE, int STAGE, int GT = 0>
 __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* x, T* y, long long rows, long long n, long long chunk,
                                                      int G, int packs, int parts, int aligned, int phase,
                                                      int* sync, typename AccOf<T>::type* slots) {
+  fix_group<GT>(G, parts, aligned);
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
   constexpr int KEEP = MODE != SOFTMAX ? 0 : sizeof(T) == 2 ? 1 : MAXP;
   __shared__ A scratch_mem[2 * 2 * 32];
   RowScratch<A, 2> scratch{scratch_mem};  // one barrier a reduction
-  const RowGrid at(G, parts);
+  const RowGrid at(G, parts, GT == ROW_BLOCK);
   const int part = at.part;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};

@@ -173,6 +173,30 @@ def test_forward_every_path(mode, dtype):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", rw.SHORT_DTYPES)
+@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
+def test_forward_short_groups(mode, dtype):
+    """The forward instances compiled for their group size (rw.SHORT_GROUPS; test_softmax.short_lengths' rows),
+    with and without the affine, out of place and in place, and the statistics."""
+    V = rw.vec(dtype)
+    for G in rw.SHORT_GROUPS:
+        for n in sorted({G * rw.TARGET_PACKS * V, (G // 2) * rw.TARGET_PACKS * V + V}):
+            assert rw.short_group(rw.plan(301, n, dtype, rw.fwd_maxp(dtype), fwd_threads(dtype), SMS), dtype, 1) == G
+            x, xv = make((301, n), dtype, 2.0, 0.5)
+            for with_affine in (True, False):
+                w, b, wv, bv = affine(n, dtype, mode, with_affine, with_affine)
+                want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
+                y, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
+                what = (G, n, with_affine)
+                assert rel_err(y, want) <= TOL[dtype] and rel_err(rstd, want_rstd[:, 0]) <= 1e-5, what
+                if mode == "layer_norm":
+                    assert rel_err(mean, xv.mean(-1)) <= 1e-5, what
+                x2 = x.copy()
+                norm_forward_impl(x2, w, b, 1e-5, mode, inplace=True)
+                assert rel_err(x2, want) <= TOL[dtype], what + ("in place",)
+
+
+@gpu
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_forward_staged_rows(mode):
     """The staged forward (next row in shared memory; rows filling >= 512-thread blocks): resident grids

@@ -67,6 +67,27 @@ def test_boundaries_cover_every_path():
             assert paths_of(dtype, kind, boundary_lengths(dtype, kind)) == {"subwarp", "block", "multiblock"}, dtype
 
 
+def short_lengths(dtype):
+    """(G, n): for each compile-time group of the sub-warp forward (rw.SHORT_GROUPS), a row filling it and
+    one just past the next smaller group (fewer packs a thread than it holds)."""
+    V = rw.vec(dtype)
+    return [(G, n) for G in rw.SHORT_GROUPS for n in sorted({G * rw.TARGET_PACKS * V, (G // 2) * rw.TARGET_PACKS * V + V})]
+
+
+def test_short_group_only_where_it_applies():
+    for dtype in ALL:
+        for G, n in short_lengths("float32" if dtype == "float64" else dtype):
+            p = rw.plan(301, n, dtype, maxp(dtype, "fwd"), threads(dtype, "fwd"), SMS)
+            want = G if dtype in rw.SHORT_DTYPES else 0  # float64 keeps the run-time form
+            assert rw.short_group(p, dtype, 1) == want, (dtype, n, p)
+            assert rw.short_group(p, dtype, 0) == 0 and rw.short_group(p, dtype, 1, "scalar") == 0
+    p = rw.plan(4, 4096, "float32", 4, 1024, SMS)  # a block a row: ROW_BLOCK
+    assert p.path == "block" and rw.short_group(p, "float32", 1) == rw.ROW_BLOCK
+    assert rw.short_group(p, "float64", 1) == 0 and rw.short_group(p, "float32", 0) == 0
+    p = rw.plan(4, 65536, "float32", 4, 512, SMS)
+    assert p.path == "multiblock" and rw.short_group(p, "float32", 1) == 0
+
+
 def test_plan_geometry_holds_the_row():
     for dtype, kind in ((d, k) for d in ALL for k in ("fwd", "bwd")):
         for n in boundary_lengths(dtype, kind) + [262144, 262147]:
@@ -147,6 +168,19 @@ def test_forward_every_path(mode, dtype):
         if p.parts > 1:
             for variant in ("split", "exchange", "counter"):  # every way of splitting a long row
                 assert rel_err(softmax_impl(x, -1, mode, variant), ref(xv)) <= TOL[dtype], (n, variant)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", rw.SHORT_DTYPES)
+def test_forward_short_groups(dtype):
+    """The forward instances compiled for their group size, each G full and part-filled, out of place and in
+    place, 301 rows (the last warp's last groups have no row: they reload the last one and store nothing)."""
+    for G, n in short_lengths(dtype):
+        x, xv = make((301, n), dtype)
+        for mode, ref in (("softmax", ref_softmax), ("log_softmax", ref_log_softmax)):
+            assert rel_err(getattr(ck, mode)(x), ref(xv)) <= TOL[dtype], (G, n, mode)
+        x2 = x.copy()
+        assert ck.softmax_(x2) is x2 and rel_err(x2, ref_softmax(xv)) <= TOL[dtype], (G, n, "in place")
 
 
 @gpu

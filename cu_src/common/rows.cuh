@@ -280,6 +280,19 @@ __device__ __forceinline__ typename Vec16<T>::type column_pack(const T* base, in
   }
 }
 
+// A forward kernel's compile-time row group GT: 0 the run-time arguments G / parts / aligned; 1..32 a sub-warp
+// group of GT threads, ROW_BLOCK a block a row, both one aligned segment. Sets the arguments to what GT says,
+// so that every test of them folds (log_softmax float32, G 8: 1296 -> 392 SASS instructions).
+constexpr int ROW_BLOCK = 1024;
+template <int GT>
+__device__ __forceinline__ void fix_group(int& G, int& parts, int& aligned) {
+  if (GT) {
+    G = GT == ROW_BLOCK ? (int)blockDim.x : GT;
+    parts = aligned = 1;
+    if (GT == ROW_BLOCK) __builtin_assume(G > 32);
+  }
+}
+
 // The mask of the group's lanes inside the warp (for shuffles when groups of one warp may leave
 // their row loop at different iterations).
 __device__ __forceinline__ unsigned group_mask(int G) {
@@ -296,14 +309,15 @@ __device__ __forceinline__ unsigned group_mask(int G) {
 // the warp's first group has a row (row - lead < rows), so whole warps reach the shuffles and their mask is
 // the constant full one (no divergence check and WARPSYNC a step); a group past the last row loads the last
 // row again and stores nothing.
+// block: G is the block (a compile-time fact the shifts cannot see).
 struct RowGrid {
   int gpb, gi, part, lead;
   long long nrg, rg;
-  __device__ __forceinline__ RowGrid(int G, int parts) {
+  __device__ __forceinline__ RowGrid(int G, int parts, bool block = false) {
     const int gs = __ffs(G) - 1;
-    gpb = blockDim.x >> gs;
-    gi = threadIdx.x >> gs;
-    lead = G < 32 ? (threadIdx.x & 31) >> gs : 0;
+    gpb = block ? 1 : blockDim.x >> gs;
+    gi = block ? 0 : threadIdx.x >> gs;
+    lead = G < 32 && !block ? (threadIdx.x & 31) >> gs : 0;
     part = blockIdx.x % parts;
     nrg = gridDim.x / parts;
     rg = blockIdx.x / parts;

@@ -138,6 +138,28 @@ def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: i
     return Plan(rows, n, group, threads, packs, parts, chunk, max(grid, parts), split)
 
 
+# Forward rows of one aligned segment take instances compiled for their group (softmax_fwd / norm_fwd's GT):
+# G threads of a sub-warp group, or ROW_BLOCK (a block a row). With the group, one segment and aligned packs
+# known at compile time, the row tests, the row grid's divisions and the shuffle predicates fold away
+# (log_softmax float32 G 8: 1296 -> 392 SASS instructions). float64 keeps the run-time form.
+SHORT_DTYPES = ("float16", "bfloat16", "float32")
+SHORT_GROUPS = (1, 2, 4, 8, 16, 32)
+ROW_BLOCK = 1024  # rows.cuh
+SHORT_FWD = {"on": True}  # a probe / ladder switch
+
+
+def group_token(group: int) -> str:
+    """A forward kernel name's GT argument (none for the run-time group)."""
+    return "" if not group else ", ROW_BLOCK" if group == ROW_BLOCK else f", {group}"
+
+
+def short_group(p: Plan, dtype: str, al: int, variant: str = "auto") -> int:
+    """The compile-time group (GT) of a forward launch planned as `p`, or 0 for the run-time form."""
+    if not (SHORT_FWD["on"] and variant == "auto" and al and dtype in SHORT_DTYPES and p.parts == 1):
+        return 0
+    return p.group if p.path == "subwarp" else ROW_BLOCK
+
+
 # Forward rows staged in shared memory (the STAGE instances of softmax_fwd / norm_fwd): the next row is
 # copied in (cp.async) while this one is reduced and written, for rows that fill blocks of >= 512 threads
 # (one or two resident per SM, which alone cannot overlap a row's loads with the previous row's stores).

@@ -77,8 +77,8 @@ LOOP_FWD = {"layer_norm": 32}
 STAGE_BWD = {"on": True}  # half-type rows of 1024-thread backward blocks staged likewise; a probe switch
 
 
-def _fwd(dtype, mode, stage=0):
-    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {rw.stage_token(stage)}>"
+def _fwd(dtype, mode, stage=0, group=0):
+    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {rw.stage_token(stage)}{rw.group_token(group)}>"
 
 
 def _parts(dtype, mode):
@@ -168,6 +168,8 @@ def column_sum_shape(r: int, n: int, sm_count: int) -> tuple[int, int]:
 
 SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_fwd(t, m, True) for t in rw.STAGE_FWD_DTYPES for m in MODES]
+               + [_fwd(t, m, group=g) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
+               + [_fwd(t, m, st, group=rw.ROW_BLOCK) for t in rw.SHORT_DTYPES for m in MODES for st in (0, 1)]
                + [_parts(t, m) for t in rw.STAGE_FWD_DTYPES for m in MODES]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
                + [_bwd(t, m, f, st, 1) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
@@ -264,11 +266,14 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                 smem = 0
                 # layer_norm over several blocks per row measured 2% slower staged (256x262144 float32)
                 stage = rw.stage_fwd(p, dtype, al) if STAGE_FWD["on"] and (mode == "rms_norm" or p.parts == 1) else 0
+                g = rw.short_group(p, dtype, al, variant)
                 if stage:
-                    name = _fwd(dtype, mode, stage=stage)
+                    name = _fwd(dtype, mode, stage=stage, group=g)
                     kernel = SOURCE.kernel(name)
                     p, smem = rw.staged_plan(kernel, name, rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n),
                                              tensors=stage, **args)
+                elif g:
+                    kernel = SOURCE.kernel(_fwd(dtype, mode, group=g))
                 counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["fwd"])
                 sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
                 for phase in rw.phases(p, counter):

@@ -38,16 +38,18 @@ def _parts_name(mode: str, dtype: str, kind: str = "fwd", packs: int | None = No
     return f"softmax_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {packs or rw.PARTS_PACKS['softmax']}>"
 
 
-def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False) -> str:
+def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False, group: int = 0) -> str:
     st = rw.stage_token(stage)
     if kind == "fwd":
-        return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}, {st}>"
+        return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}, {st}{rw.group_token(group)}>"
     return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}, {st}, {rw.maxp(dtype) * (2 if wide else 1)}>"
 
 
 SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
                + [_name("bwd", t, m, True, w) for t in ("float16", "bfloat16") for m in MODES for w in (False, True)]
                + [_name("fwd", t, m, st) for t in rw.STAGE_FWD_DTYPES for m in MODES for st in (1, 2)]
+               + [_name("fwd", t, m, group=g) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
+               + [_name("fwd", t, m, st, group=rw.ROW_BLOCK) for t in rw.SHORT_DTYPES for m in MODES for st in (0, 1, 2)]
                + [_parts_name(m, t, "fwd", k) for t in rw.STAGE_FWD_DTYPES for m in MODES for k in (4, 8)]
                + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES])
 
@@ -104,9 +106,11 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
                     occupancy=rw.occupancy(kernel, name, lambda t: stage_bytes(dtype, t)), **args)
         smem = stage_bytes(dtype, p.threads)
     elif kind == "fwd" and STAGE_FWD["on"] and (stage := rw.stage_fwd(p, dtype, al, STAGE_FWD["two_ahead"])):
-        name = _name(kind, dtype, mode, stage=stage)
+        name = _name(kind, dtype, mode, stage=stage, group=rw.short_group(p, dtype, al, variant))
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, maxp, threads_of(kind, dtype, n), tensors=stage, **args)
+    elif kind == "fwd" and (g := rw.short_group(p, dtype, al, variant)):
+        kernel = SOURCE.kernel(_name(kind, dtype, mode, group=g))
     counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE[kind])
     sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
     for phase in rw.phases(p, counter):
