@@ -385,7 +385,7 @@ __device__ __forceinline__ void store_column_sums(A* orow, const A (&acc)[K], co
   }
 }
 
-template <typename T, int MODE, int FROM_OUTPUT, bool STAGE, int PACKS, bool DB = true>
+template <typename T, int MODE, int FROM_OUTPUT, bool STAGE, int PACKS, bool DB = true, int GT = 0>
 __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlocks<T, PACKS>::value) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                   const T* __restrict__ w, const T* __restrict__ b,
                                                   const typename AccOf<T>::type* __restrict__ mean_in,
@@ -400,6 +400,8 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = PACKS;
   constexpr int K = MAXP * V;  // accumulator slots per thread: slot p * V + e
+  static_assert(GT <= 32, "compile-time sub-warp groups only");
+  fix_group<GT>(G, parts, aligned);
   __shared__ A scratch[64];
   extern __shared__ int4 dyn_smem[];
   const RowGrid at(G, parts);

@@ -85,10 +85,15 @@ def _parts(dtype, mode):
     return f"norm_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {rw.PARTS_PACKS['norm']}>"
 
 
-def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True):
+def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True, group=0):
     st = "true" if stage else "false"
-    return (f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {st}, {packs}"
-            f"{'' if db else ', false'}>")
+    tail = f", {'true' if db else 'false'}, {group}" if group else "" if db else ", false"
+    return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {st}, {packs}{tail}>"
+
+
+# Sub-warp float32 backward rows take norm_bwd instances compiled for their group size (GT, as the forward's
+# rw.short_group): 1640 -> 728 SASS instructions (layer, G 16). Half types' short rows keep the run-time form.
+SHORT_BWD_DTYPES = ("float32",)
 
 
 # The two-pack half layer_norm backward leaves dbias to a column sum of dy (reduce.cu) rather than keep
@@ -172,6 +177,7 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_fwd(t, m, st, group=rw.ROW_BLOCK) for t in rw.SHORT_DTYPES for m in MODES for st in (0, 1)]
                + [_parts(t, m) for t in rw.STAGE_FWD_DTYPES for m in MODES]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
+               + [_bwd(t, m, f, group=g) for t in SHORT_BWD_DTYPES for m in MODES for f in (0, 1) for g in rw.SHORT_GROUPS]
                + [_bwd(t, m, f, st, 1) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
                   for st in (False, True)]
                + [_bwd(t, "layer_norm", f, False, 2, db=False) for t in ("float16", "bfloat16") for f in (0, 1)]
@@ -369,9 +375,9 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
             db_by_reduce = (want_b and packs == 2 and rw.ITEMSIZE[dtype] == 2 and mode == "layer_norm"
                             and DB_BY_REDUCE["on"])
 
-            def planned(stage):
+            def planned(stage, group=0):
                 """(kernel, plan, dynamic shared bytes): at most 32 KB, no attribute to raise."""
-                name = _bwd(dtype, mode, from_output, stage, packs, db=not db_by_reduce)
+                name = _bwd(dtype, mode, from_output, stage, packs, db=not db_by_reduce, group=group)
                 kernel = SOURCE.kernel(name)
                 smem = ((lambda t: 2 * packs * t * 16) if stage  # the next row's two inputs
                         else (lambda t: bwd_smem(dtype, t, packs=packs)))
@@ -380,7 +386,9 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                 return kernel, p, smem(p.threads) if stage else bwd_smem(dtype, p.threads, p.group, packs)
 
             kernel, p, smem = planned(False)
-            if STAGE_BWD["on"] and al and p.path != "subwarp" and p.threads == 1024:
+            if dtype in SHORT_BWD_DTYPES and (g := rw.short_group(p, dtype, al, variant)) and p.path == "subwarp":
+                kernel, p, smem = planned(False, g)  # its own occupancy: the persistent grid may differ
+            elif STAGE_BWD["on"] and al and p.path != "subwarp" and p.threads == 1024:
                 kernel, p, smem = planned(True)  # a block alone on its SM: the next row staged
             counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["bwd"])
             sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
