@@ -203,12 +203,12 @@ __device__ __forceinline__ A softmax_grad(A y, A g, A c) {
 // argument, so the unstaged instance stays the code it was (a run-time flag cost 7% on 65536x128).
 // PACKS: packs of each of y and dy per thread: RowPacks (512-thread blocks, two per SM), or a wide form
 // of twice that in 1024-thread blocks (one per SM) so that a 32768-element half row fits one block
-// (no exchange between blocks; staged: 128 KB of shared memory).
+// (no exchange between blocks; staged: 128 KB of shared memory). GT: as softmax_fwd's.
 template <typename T, int PACKS> struct SoftmaxBwdBounds {
   static constexpr bool wide = PACKS > RowPacks<T>::value;
   static constexpr int threads = wide ? 1024 : 512, min_blocks = wide ? 1 : RowMinBlocks<T>::value;
 };
-template <typename T, int MODE, bool STAGE, int PACKS>
+template <typename T, int MODE, bool STAGE, int PACKS, int GT = 0>
 __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBwdBounds<T, PACKS>::min_blocks) softmax_bwd(const T* __restrict__ y, const T* dy, T* dx, long long rows,
                                                      long long n, long long chunk, int G, int packs, int parts,
                                                      int aligned, int phase, int* sync,
@@ -217,8 +217,9 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = PACKS;
+  fix_group<GT>(G, parts, aligned);
   __shared__ A scratch[32];
-  const RowGrid at(G, parts);
+  const RowGrid at(G, parts, GT == ROW_BLOCK);
   const int part = at.part;
   const long long begin = part * chunk;
   const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};

@@ -67,20 +67,22 @@ def test_boundaries_cover_every_path():
             assert paths_of(dtype, kind, boundary_lengths(dtype, kind)) == {"subwarp", "block", "multiblock"}, dtype
 
 
-def short_lengths(dtype):
-    """(G, n): for each compile-time group of the sub-warp forward (rw.SHORT_GROUPS), a row filling it and
-    one just past the next smaller group (fewer packs a thread than it holds)."""
-    V = rw.vec(dtype)
-    return [(G, n) for G in rw.SHORT_GROUPS for n in sorted({G * rw.TARGET_PACKS * V, (G // 2) * rw.TARGET_PACKS * V + V})]
+def short_lengths(dtype, kind="fwd"):
+    """(G, n): for each compile-time sub-warp group (rw.SHORT_GROUPS), a row filling it and one just past the
+    next smaller group (fewer packs a thread than it holds), then (ROW_BLOCK, n) for a block a row."""
+    V, P = rw.vec(dtype), min(rw.TARGET_PACKS, maxp(dtype, kind))
+    return ([(G, n) for G in rw.SHORT_GROUPS for n in sorted({G * P * V, (G // 2) * P * V + V})]
+            + [(rw.ROW_BLOCK, 64 * P * V + V), (rw.ROW_BLOCK, threads(dtype, kind) * maxp(dtype, kind) * V)])
 
 
 def test_short_group_only_where_it_applies():
     for dtype in ALL:
-        for G, n in short_lengths("float32" if dtype == "float64" else dtype):
-            p = rw.plan(301, n, dtype, maxp(dtype, "fwd"), threads(dtype, "fwd"), SMS)
-            want = G if dtype in rw.SHORT_DTYPES else 0  # float64 keeps the run-time form
-            assert rw.short_group(p, dtype, 1) == want, (dtype, n, p)
-            assert rw.short_group(p, dtype, 0) == 0 and rw.short_group(p, dtype, 1, "scalar") == 0
+        for kind in ("fwd", "bwd"):
+            for G, n in short_lengths("float32" if dtype == "float64" else dtype, kind):
+                p = rw.plan(301, n, dtype, maxp(dtype, kind), threads(dtype, kind), SMS)
+                want = G if dtype in rw.SHORT_DTYPES else 0  # float64 keeps the run-time form
+                assert rw.short_group(p, dtype, 1) == want, (dtype, kind, n, p)
+                assert rw.short_group(p, dtype, 0) == 0 and rw.short_group(p, dtype, 1, "scalar") == 0
     p = rw.plan(4, 4096, "float32", 4, 1024, SMS)  # a block a row: ROW_BLOCK
     assert p.path == "block" and rw.short_group(p, "float32", 1) == rw.ROW_BLOCK
     assert rw.short_group(p, "float64", 1) == 0 and rw.short_group(p, "float32", 0) == 0
@@ -181,6 +183,20 @@ def test_forward_short_groups(dtype):
             assert rel_err(getattr(ck, mode)(x), ref(xv)) <= TOL[dtype], (G, n, mode)
         x2 = x.copy()
         assert ck.softmax_(x2) is x2 and rel_err(x2, ref_softmax(xv)) <= TOL[dtype], (G, n, "in place")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", rw.SHORT_DTYPES)
+def test_backward_short_groups(dtype):
+    """The backward instances compiled for their group size (sub-warp groups and ROW_BLOCK), 301 rows."""
+    for G, n in short_lengths(dtype, "bwd"):
+        for mode, fwd, grad in (("softmax", ref_softmax, ref_softmax_grad),
+                                ("log_softmax", ref_log_softmax, ref_log_softmax_grad)):
+            y = fwd(rng().standard_normal((301, n)) * 3)
+            yc, yv = cupy_array(y, dtype), rounded(y, dtype)
+            dy, dyv = make((301, n), dtype)
+            got = softmax_backward_impl(yc, dy, -1, mode)
+            assert rel_err(got, grad(yv, dyv)) <= 2 * TOL[dtype], (G, n, mode)
 
 
 @gpu

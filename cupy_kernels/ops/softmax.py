@@ -42,14 +42,16 @@ def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False, 
     st = rw.stage_token(stage)
     if kind == "fwd":
         return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}, {st}{rw.group_token(group)}>"
-    return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}, {st}, {rw.maxp(dtype) * (2 if wide else 1)}>"
+    return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}, {st}, {rw.maxp(dtype) * (2 if wide else 1)}{rw.group_token(group)}>"
 
 
 SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
                + [_name("bwd", t, m, True, w) for t in ("float16", "bfloat16") for m in MODES for w in (False, True)]
                + [_name("fwd", t, m, st) for t in rw.STAGE_FWD_DTYPES for m in MODES for st in (1, 2)]
-               + [_name("fwd", t, m, group=g) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
-               + [_name("fwd", t, m, st, group=rw.ROW_BLOCK) for t in rw.SHORT_DTYPES for m in MODES for st in (0, 1, 2)]
+               + [_name(k, t, m, group=g) for k in ("fwd", "bwd") for t in rw.SHORT_DTYPES for m in MODES
+                  for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,)]
+               + [_name("fwd", t, m, st, group=rw.ROW_BLOCK) for t in rw.SHORT_DTYPES for m in MODES for st in (1, 2)]
+               + [_name("bwd", t, m, True, group=rw.ROW_BLOCK) for t in ("float16", "bfloat16") for m in MODES]
                + [_parts_name(m, t, "fwd", k) for t in rw.STAGE_FWD_DTYPES for m in MODES for k in (4, 8)]
                + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES])
 
@@ -100,7 +102,7 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     elif (kind == "bwd" and dtype in ("float16", "bfloat16") and al and p.path in STAGE_BWD
             and p.threads == BWD_THREADS and stage_bytes(dtype, p.threads) <= STAGE_MAX_BYTES):
         # a resident grid that loops over rows, so each block has a next row to stage
-        name = _name(kind, dtype, mode, stage=True)
+        name = _name(kind, dtype, mode, stage=True, group=rw.short_group(p, dtype, al, variant))
         kernel = SOURCE.kernel(name)
         p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count, persistent=True,
                     occupancy=rw.occupancy(kernel, name, lambda t: stage_bytes(dtype, t)), **args)
@@ -109,7 +111,7 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
         name = _name(kind, dtype, mode, stage=stage, group=rw.short_group(p, dtype, al, variant))
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, maxp, threads_of(kind, dtype, n), tensors=stage, **args)
-    elif kind == "fwd" and (g := rw.short_group(p, dtype, al, variant)):
+    elif g := rw.short_group(p, dtype, al, variant):
         kernel = SOURCE.kernel(_name(kind, dtype, mode, group=g))
     counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE[kind])
     sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
