@@ -59,6 +59,7 @@ __device__ __forceinline__ A norm_out(const typename Vec16<T>::type& xp, const t
 //          one paired reduction, the exact two-pass where they would cancel (see below)
 //   rms:   y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)
 // STAGE: the next row staged in dynamic shared memory while this one is processed, as softmax_fwd.
+// GT (fix_group, rows.cuh): the group known at compile time (1..32, or ROW_BLOCK), one aligned segment a row.
 template <typename T, int MODE, int STAGE, int GT = 0>
 __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, T* y, const T* __restrict__ w,
                                                   const T* __restrict__ b, typename AccOf<T>::type* __restrict__ mean_out,
@@ -284,7 +285,7 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
 // 16-byte slots while this row is processed, as softmax_bwd (a 1024-thread block, alone on its SM,
 // otherwise waits for each row's loads after the previous row's exchange and stores).
 // DB = false (layer_norm only): no dbias accumulators (the host sums dy's columns itself): 16 fewer
-// registers for the two-pack half form, whose accumulators spill.
+// registers for the two-pack half form, whose accumulators spill. GT: a compile-time sub-warp group (fix_group).
 // The backward's arithmetic of one row, shared by norm_bwd and norm_bwd_pipelined.
 // xhat of one element: from x, (x - mean) * rstd; from the output y, (y - b) / w (rms: y / w).
 template <int MODE, int FROM_OUTPUT, typename A>
