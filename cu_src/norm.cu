@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
 // 16-byte slots while this row is processed, as softmax_bwd (a 1024-thread block, alone on its SM,
 // otherwise waits for each row's loads after the previous row's exchange and stores).
 // DB = false (layer_norm only): no dbias accumulators (the host sums dy's columns itself): 16 fewer
-// registers for the two-pack half form, whose accumulators spill. GT: a compile-time sub-warp group (fix_group).
+// registers for the two-pack half form, whose accumulators spill. GT: the group known at compile time (fix_group).
 // The backward's arithmetic of one row, shared by norm_bwd and norm_bwd_pipelined.
 // xhat of one element: from x, (x - mean) * rstd; from the output y, (y - b) / w (rms: y / w).
 template <int MODE, int FROM_OUTPUT, typename A>
@@ -401,11 +401,10 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = PACKS;
   constexpr int K = MAXP * V;  // accumulator slots per thread: slot p * V + e
-  static_assert(GT <= 32, "compile-time sub-warp groups only");
   fix_group<GT>(G, parts, aligned);
   __shared__ A scratch[64];
   extern __shared__ int4 dyn_smem[];
-  const RowGrid at(G, parts);
+  const RowGrid at(G, parts, GT == ROW_BLOCK);
   const int gpb = at.gpb, part = at.part;
   const long long rg = at.rg;
   const long long begin = part * chunk;
