@@ -599,7 +599,7 @@ __device__ __forceinline__ void store_sums(float4* acc, int s0, const float (&a)
 // Q = V / 4 per pack per thread of dweight sums (float4 [Q * p + h][thread]: conflict-free), as many of dbias
 // sums (layer), then the weight's packs and the next row's src and dy staged (packs * blockDim.x each).
 // Cluster c writes partial row c (column_sum adds them).
-template <typename T, int MODE, int FROM_OUTPUT, int CL>
+template <typename T, int MODE, int FROM_OUTPUT, int CL, bool STAGE = true>
 __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                           const T* __restrict__ w, const T* __restrict__ b,
                                                           const float* __restrict__ mean_in,
@@ -632,7 +632,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
   for (int p = 0; p < MAXP; ++p)
     if (p < packs) ws[p * blockDim.x + threadIdx.x] = column_pack<T>(wb, p, L, 1.f);  // this thread's slots only
   long long row = group;
-  stage_first_pair<T, MAXP>(sa, sb, src, dy, row * n + begin, row < rows, L);
+  if (STAGE) stage_first_pair<T, MAXP>(sa, sb, src, dy, row * n + begin, row < rows, L);
   // From x, the row's statistics are loaded one row ahead (a dependent L2 trip before the first pass
   // otherwise); from the output (bias packs, divisions) that register spilled.
   constexpr bool AHEAD = !FROM_OUTPUT;
@@ -641,7 +641,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
   for (; row < rows; row += groups, set ^= 1) {
     const long long off = row * n + begin;
     P rx[MAXP], rd[MAXP];
-    load_row_pair<true, T, MAXP>(rx, rd, sa, sb, src, dy, off, groups * n, row + groups < rows, L);
+    load_row_pair<STAGE, T, MAXP>(rx, rd, sa, sb, src, dy, off, groups * n, row + groups < rows, L);
     const A rstd = AHEAD ? rstd_next : rstd_in[row], mean = mean_next;
     if (AHEAD && row + groups < rows) {
       rstd_next = rstd_in[row + groups];

@@ -33,6 +33,9 @@ ap.add_argument("--parts-threads", default="",
                      "of each (parts<T>)")
 ap.add_argument("--parts-packs", default="",
                 help="comma-separated pack counts (4, 8): also time softmax's pipelined long-row forward with each (packs<P>)")
+ap.add_argument("--shared-stage", default="",
+                help="comma-separated CTA sizes: also time norm_bwd_shared staging one-CTA rows from CTAs of that many "
+                     "threads (sstage<T>; 0: every CTA staged)")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
 
@@ -72,6 +75,8 @@ def use(cu_dir):
         N.SHARED_BWD["from_float32"] = 0 if cu_dir == "sharedall" else 1 << 40 if cu_dir == "noshared" else SHARED_F32
         N.SHARED_BWD["threads"] = 1024 if cu_dir == "shared1024" else SHARED_THREADS
         N.SHARED_BWD["dtypes"] = ("float16", "bfloat16") if cu_dir == "nosharedf32" else SHARED_DTYPES
+        if "stage_threads" in SHARED:  # sstage<T>: norm_bwd_shared stages one-CTA rows from CTAs of T threads
+            N.SHARED_BWD["stage_threads"] = int(cu_dir[6:]) if str(cu_dir).startswith("sstage") else SHARED["stage_threads"]
     from cupy_kernels.ops import _rowwise as rw
 
     t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None
@@ -79,7 +84,7 @@ def use(cu_dir):
     k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None
     rw.PARTS_PACKS["softmax"] = k or PARTS_PACKS  # (norm_fwd_parts has one instance)
     if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead") \
-            or t or k:
+            or t or k or str(cu_dir).startswith("sstage"):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
     sources.read_source.cache_clear()
@@ -112,7 +117,8 @@ variants = ([("new", tree)] + ([("basepkg", tree)] if args.base_pkg else []) + (
             + ([(v, v) for v in ("noshared", "sharedall", "shared1024", "nosharedf32")] if args.shared_ab else [])
             + ([("oneahead", "oneahead")] if args.two_ahead_ab else [])
             + [(f"parts{t}", f"parts{t}") for t in args.parts_threads.split(",") if t]
-            + [(f"packs{k}", f"packs{k}") for k in args.parts_packs.split(",") if k])
+            + [(f"packs{k}", f"packs{k}") for k in args.parts_packs.split(",") if k]
+            + [(f"sstage{t}", f"sstage{t}") for t in args.shared_stage.split(",") if t])
 shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
 for shape, dtype in shapes:
     (x, xc), (dy, dyc) = tensors(shape, dtype, 2)

@@ -285,7 +285,7 @@ def test_backward_staged_rows(mode):
     """The half-type backward forms: one pack per thread (1024-thread blocks), staged (next row's x or y
     and dy in shared memory) and not, pipelined (two rows in flight, one block per row) and not, two
     packs per thread (512-thread blocks; layer_norm's dbias from the kernel or from a column sum of dy),
-    and norm_bwd_shared (column sums in shared memory; one CTA or a cluster of two per row), each on
+    and norm_bwd_shared (column sums in shared memory; one CTA, staged or not, or a cluster per row), each on
     every length: resident grids looping over several rows per block (and blocks with no row), one-block
     and multi-block rows and their edges, a block's threads past the row end, a cluster's second CTA with
     a shorter segment, from x and from the output; dx, dweight, dbias against the reference."""
@@ -296,19 +296,22 @@ def test_backward_staged_rows(mode):
                            ("bfloat16", 16392, 70), ("float16", 16384, 40), ("float16", 40000, 30)):
         c = backward_case(rows, n, dtype, mode)
         saved, saved_shared = dict(N.TWO_PACK_FROM), dict(N.SHARED_BWD)
-        for on, two_pack_from, db_by_reduce, pipelined, shared_from, threads in (
-                (True, None, True, True, None, 0), (True, None, True, False, None, 0),
-                (True, 1 << 40, True, True, None, 0), (False, None, True, True, None, 0),
-                (False, 0, True, True, None, 0), (False, 0, False, True, None, 0),
-                (False, 1 << 40, True, True, None, 0), (True, None, True, True, 8193, 1024),
-                (True, None, True, True, 0, 1024), (True, None, True, True, 0, 512)):
+        for on, two_pack_from, db_by_reduce, pipelined, shared_from, threads, stage_threads in (
+                (True, None, True, True, None, 0, None), (True, None, True, False, None, 0, None),
+                (True, 1 << 40, True, True, None, 0, None), (False, None, True, True, None, 0, None),
+                (False, 0, True, True, None, 0, None), (False, 0, False, True, None, 0, None),
+                (False, 1 << 40, True, True, None, 0, None), (True, None, True, True, 8193, 1024, None),
+                (True, None, True, True, 0, 1024, None), (True, None, True, True, 0, 512, None),
+                (True, None, True, True, 0, 512, 0), (True, None, True, True, 0, 512, 1 << 20)):
             N.STAGE_BWD["on"], N.DB_BY_REDUCE["on"], N.PIPELINE_BWD["on"] = on, db_by_reduce, pipelined
             N.SHARED_BWD["on"] = shared_from is not None  # on: norm_bwd_shared from that length, CTAs <= threads
             N.SHARED_BWD["from"], N.SHARED_BWD["threads"] = shared_from or 0, threads or saved_shared["threads"]
+            if stage_threads is not None:  # its one-CTA rows staged at every CTA size (0) or at none
+                N.SHARED_BWD["stage_threads"] = stage_threads
             if two_pack_from is not None:  # either half-type form on every length
                 N.TWO_PACK_FROM.update({m: two_pack_from for m in N.TWO_PACK_FROM})
             try:
-                what = (dtype, n, on, two_pack_from, db_by_reduce, pipelined, shared_from, threads)
+                what = (dtype, n, on, two_pack_from, db_by_reduce, pipelined, shared_from, threads, stage_threads)
                 check_backward_from_x_and_y(c, dtype, mode, what)
             finally:
                 N.STAGE_BWD["on"] = N.DB_BY_REDUCE["on"] = N.PIPELINE_BWD["on"] = True

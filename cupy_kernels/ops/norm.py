@@ -118,15 +118,17 @@ def _pipelined(dtype, mode, from_output):
 # Measured against the register forms (H200, us, 1024-thread CTAs): layer 8192² bf16 177.5 -> 132.9,
 # 1024x32768 145.0 -> 107.8, 32768x1024 f16 76.8 -> 68.8; rms 118.8 -> 111.5, 110.9 -> 81.2, 68.1 -> 58.8;
 # CTAs of up to 512 threads (clusters of 4 at 32768): layer 1024x32768 100.0 -> 97.0, rms 83.0 -> 76.3;
-# float32 4096²: layer 61.0 -> 56.3, rms 57.0 -> 54.9 (benchmarks/notes.md). The switches are for the
-# ladder, the probes and the tests.
-SHARED_BWD = {"on": True, "from": 1024, "from_float32": 4096, "threads": 512,
+# float32 4096²: layer 61.0 -> 56.3, rms 57.0 -> 54.9 (benchmarks/notes.md). One-CTA rows in CTAs of fewer than
+# "stage_threads" load x and dy straight into registers rather than staging the next row (many CTAs an SM
+# already overlap rows; less shared memory, more CTAs): 32768x1024 f16 layer 68.1 -> 66.2 us, rms 58.7 -> 58.2.
+# The switches are for the ladder, the probes and the tests.
+SHARED_BWD = {"on": True, "from": 1024, "from_float32": 4096, "threads": 512, "stage_threads": 512,
               "dtypes": ("float16", "bfloat16", "float32")}
 SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CL instances
 
 
-def _shared(dtype, mode, from_output, cl):
-    return f"norm_bwd_shared<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}>"
+def _shared(dtype, mode, from_output, cl, stage=True):
+    return f"norm_bwd_shared<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}{'' if stage else ', false'}>"
 
 
 def shared_plan(n: int, dtype: str, mode: str, cc: int):
@@ -143,7 +145,8 @@ def shared_plan(n: int, dtype: str, mode: str, cc: int):
     threads = min(SHARED_BWD["threads"], ceil_div(ceil_div(P, 2), 32) * 32)
     packs = ceil_div(P, threads)
     sums = (2 if mode == "layer_norm" else 1) * V // 4  # dweight (and dbias) float4 slots a pack per thread
-    return cl, threads, packs, chunk, (sums + 3) * packs * threads * 16  # + weight, next row's x and dy
+    stage = cl > 1 or threads >= SHARED_BWD["stage_threads"]  # CTAs below: rows straight into registers
+    return cl, threads, packs, chunk, (sums + 1 + 2 * stage) * packs * threads * 16, stage  # + weight, next x, dy
 
 
 def _bwd_parts(dtype, mode, from_output):
@@ -185,6 +188,7 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_pipelined(t, m, f) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)]
                + [_shared(t, m, f, cl) for t in ("float16", "bfloat16", "float32") for m in MODES for f in (0, 1)
                   for cl in SHARED_CLUSTERS]
+               + [_shared(t, m, f, 1, False) for t in ("float16", "bfloat16", "float32") for m in MODES for f in (0, 1)]
                + [_bwd_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (0, 1)]
                + [_colsum(t, cw, y) for t in FLOAT_DTYPES for cw in (1, 4) for y in COLUMN_SUM_Y])
 
@@ -353,8 +357,8 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                     rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n, np.int64(p.chunk), np.int32(p.packs),
                     np.int32(p.parts), words), shared_mem=smem)
         elif shared:
-            cl, threads, spacks, chunk, smem = shared
-            name = _shared(dtype, mode, from_output, cl)
+            cl, threads, spacks, chunk, smem, stage = shared
+            name = _shared(dtype, mode, from_output, cl, stage)
             kernel = SOURCE.kernel(name)
             use_shared_memory(kernel, smem, name)
             groups = min(rows, resident_blocks(kernel, threads, smem) if cl == 1 else
