@@ -70,10 +70,11 @@ def bwd_min_blocks(dtype: str, packs: int = 1) -> int:
 
 
 STAGE_FWD = {"on": True}  # rows of >= 512-thread blocks staged in shared memory (rw.stage_fwd); a probe switch
-# Sub-warp forward grids capped at this many blocks an SM, each looping over rows (rw.plan's loop_blocks_per_sm):
-# layer_norm 32768x1024 fp16 41.8 -> 39.5 us at 32 (65536x128 fp32 21.3 -> 21.2); rms_norm and softmax measured
-# slower capped (rms 34.4 -> 35.1), so they keep a block per row group (benchmarks/notes.md, session 7).
-LOOP_FWD = {"layer_norm": 32}
+# Sub-warp forward grids capped at this many blocks an SM by mode, each block looping over rows (rw.plan's
+# loop_blocks_per_sm). Session 7 capped layer_norm at 32 (32768x1024 fp16 41.8 -> 39.5 us, the run-time-group
+# kernel's set-up paid once for several rows); with the compile-time groups (GT) the cap measured slower (35.0-35.5
+# -> 34.8 us, session 8), so none is capped now (benchmarks/notes.md). A probe switch.
+LOOP_FWD = {}
 STAGE_BWD = {"on": True}  # half-type rows of 1024-thread backward blocks staged likewise; a probe switch
 
 
