@@ -369,17 +369,17 @@ def test_layer_norm_shifted_sums_fall_back_to_two_pass(dtype):
 @gpu
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_short_groups(mode):
-    """The float32 backward instances compiled for their group (norm.SHORT_BWD_DTYPES), each sub-warp G full and
-    part-filled, and a block a row (ROW_BLOCK, below norm_bwd_shared's lengths), from x and from the output, over
+    """The backward instances compiled for their group (norm.SHORT_BWD), each sub-warp G full and part-filled,
+    and a block a row (ROW_BLOCK, below norm_bwd_shared's lengths), from x and from the output, over
     301 and 4001 rows (persistent grids: groups with one row more than others, and several rows a group)."""
-    from cupy_kernels.ops.norm import SHORT_BWD_DTYPES
+    from cupy_kernels.ops.norm import SHORT_BWD
 
-    for dtype in SHORT_BWD_DTYPES:
+    for dtype, packs in SHORT_BWD.items():
         V = rw.vec(dtype)
-        P = bwd_maxp(dtype)
+        P = bwd_maxp(dtype, packs)
         cases = [(G, n) for G in rw.SHORT_GROUPS for n in sorted({G * P * V, (G // 2) * P * V + V})]
-        for G, n in cases + [(rw.ROW_BLOCK, 64 * P * V + V), (rw.ROW_BLOCK, 2048)]:
-            p = rw.plan(301, n, dtype, bwd_maxp(dtype), bwd_threads(dtype), SMS, persistent=True)
+        for G, n in cases + [(rw.ROW_BLOCK, 64 * P * V + V), (rw.ROW_BLOCK, 1000)]:
+            p = rw.plan(301, n, dtype, P, bwd_threads(dtype, packs), SMS, persistent=True)
             assert rw.short_group(p, dtype, 1) == G and (p.group == G or p.path == "block"), (G, n, p)
             for rows in (301, 4001):
                 check_backward_from_x_and_y(backward_case(rows, n, dtype, mode), dtype, mode, (G, n, rows))

@@ -92,9 +92,10 @@ def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True, group=0):
     return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {st}, {packs}{tail}>"
 
 
-# Float32 backward rows of one segment take norm_bwd instances compiled for their group (GT, as the forward's
-# rw.short_group): 1640 -> 728 SASS instructions (layer, G 16). Half types keep the run-time form.
-SHORT_BWD_DTYPES = ("float32",)
+# Backward rows of one segment take norm_bwd instances compiled for their group (GT, as the forward's
+# rw.short_group) where the type's form has them: float32's two-pack form (1640 -> 728 SASS instructions, layer
+# G 16), a half type's one-pack form (rows below 1024, where norm_bwd_shared starts). dtype -> PACKS.
+SHORT_BWD = {"float32": 2, "float16": 1, "bfloat16": 1}
 
 
 # The two-pack half layer_norm backward leaves dbias to a column sum of dy (reduce.cu) rather than keep
@@ -181,7 +182,7 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_fwd(t, m, st, group=rw.ROW_BLOCK) for t in rw.SHORT_DTYPES for m in MODES for st in (0, 1)]
                + [_parts(t, m) for t in rw.STAGE_FWD_DTYPES for m in MODES]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
-               + [_bwd(t, m, f, group=g) for t in SHORT_BWD_DTYPES for m in MODES for f in (0, 1)
+               + [_bwd(t, m, f, packs=k, group=g) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
                   for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,)]
                + [_bwd(t, m, f, st, 1) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
                   for st in (False, True)]
@@ -392,10 +393,10 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                 return kernel, p, smem(p.threads) if stage else bwd_smem(dtype, p.threads, p.group, packs)
 
             kernel, p, smem = planned(False)
-            if dtype in SHORT_BWD_DTYPES and (g := rw.short_group(p, dtype, al, variant)):
-                kernel, p, smem = planned(False, g)  # its own occupancy: the persistent grid may differ
-            elif STAGE_BWD["on"] and al and p.path != "subwarp" and p.threads == 1024:
+            if STAGE_BWD["on"] and al and p.path != "subwarp" and p.threads == 1024:
                 kernel, p, smem = planned(True)  # a block alone on its SM: the next row staged
+            elif SHORT_BWD.get(dtype) == packs and (g := rw.short_group(p, dtype, al, variant)):
+                kernel, p, smem = planned(False, g)  # its own occupancy: the persistent grid may differ
             counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["bwd"])
             sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
             nrg = p.grid // p.parts
