@@ -25,7 +25,6 @@ timer = Timer()
 copy = copy_bandwidth(timer)
 print(f"copy {copy / 1e12:.2f} TB/s", flush=True)
 default = (RW.TARGET_PACKS, RW.SUBWARP_BLOCK)
-LOOP_FWD = dict(N.LOOP_FWD)
 for i in args.shapes.split(","):
     shape, dtype = SHAPES[int(i)]
     (x, xc), (dy, dyc) = tensors(shape, dtype, 2)
@@ -54,12 +53,10 @@ for i in args.shapes.split(","):
                 cells.append(f"{tp}/{blk}:{t * 1e3:.1f}")
         RW.TARGET_PACKS, RW.SUBWARP_BLOCK = default
         for cap in (int(v) for v in args.per_sm.split(",") if v):
-            RW.SUBWARP_GRID["per_sm"] = cap  # (layer_norm's forward passes its own cap, N.LOOP_FWD)
-            N.LOOP_FWD.clear()
+            RW.SUBWARP_GRID["per_sm"] = cap
             t = min(timer(ours, budget_ms=100) for _ in range(2))
             cells.append(f"grid{cap}/SM:{t * 1e3:.1f}")
         RW.SUBWARP_GRID["per_sm"] = None
-        N.LOOP_FWD.update(LOOP_FWD)
         t0, tt = timer(ours), timer(theirs)
         print(f"{'x'.join(map(str, shape))} {dtype} {op}: default {t0 * 1e3:.1f} us ({pct(t0):.1f}%) torch "
               f"{tt * 1e3:.1f} us ({pct(tt):.1f}%) | packs/block: {' '.join(cells)}", flush=True)

@@ -30,6 +30,17 @@ FLOATS = ("float32", "float16", "bfloat16")
 ODD_SIZES = (1, 3, 127, 1000, 4097)
 
 
+def group_lengths(V: int, P: int, block_row: int) -> list[tuple[int, int]]:
+    """(G, n) rows for the row kernels compiled for their group (ops/_rowwise.py: SHORT_GROUPS, ROW_BLOCK), for
+    a kernel holding P packs of V elements a thread: for each sub-warp group G a row filling it and one just past
+    the next smaller group (fewer packs a thread than it holds); then a block a row, just past the longest
+    sub-warp row (64 * P * V + V) and `block_row`."""
+    from cupy_kernels.ops import _rowwise as rw
+
+    sub = [(G, n) for G in rw.SHORT_GROUPS for n in sorted({G * P * V, (G // 2) * P * V + V})]
+    return sub + [(rw.ROW_BLOCK, 64 * P * V + V), (rw.ROW_BLOCK, block_row)]
+
+
 def rng():
     """A fresh generator per call: every test draws new inputs."""
     return np.random.default_rng()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import cupy_kernels as ck
-from conftest import FLOATS, TOL, cupy_array, gpu, rel_err, rng, rounded, to_f64, torch, torch_gpu
+from conftest import FLOATS, TOL, cupy_array, gpu, group_lengths, rel_err, rng, rounded, to_f64, torch, torch_gpu
 from cupy_kernels.ops import _rowwise as rw
 from cupy_kernels.ops.norm import bwd_maxp, bwd_threads, fwd_threads, norm_backward_impl, norm_forward_impl
 
@@ -176,24 +176,23 @@ def test_forward_every_path(mode, dtype):
 @pytest.mark.parametrize("dtype", rw.SHORT_DTYPES)
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_forward_short_groups(mode, dtype):
-    """The forward instances compiled for their group size (rw.SHORT_GROUPS; test_softmax.short_lengths' rows),
-    with and without the affine, out of place and in place, and the statistics."""
+    """The forward instances compiled for their group (conftest.group_lengths' rows), with and without the
+    affine, out of place and in place, and the statistics."""
     V = rw.vec(dtype)
-    for G in rw.SHORT_GROUPS:
-        for n in sorted({G * rw.TARGET_PACKS * V, (G // 2) * rw.TARGET_PACKS * V + V}):
-            assert rw.short_group(rw.plan(301, n, dtype, rw.fwd_maxp(dtype), fwd_threads(dtype), SMS), dtype, 1) == G
-            x, xv = make((301, n), dtype, 2.0, 0.5)
-            for with_affine in (True, False):
-                w, b, wv, bv = affine(n, dtype, mode, with_affine, with_affine)
-                want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
-                y, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
-                what = (G, n, with_affine)
-                assert rel_err(y, want) <= TOL[dtype] and rel_err(rstd, want_rstd[:, 0]) <= 1e-5, what
-                if mode == "layer_norm":
-                    assert rel_err(mean, xv.mean(-1)) <= 1e-5, what
-                x2 = x.copy()
-                norm_forward_impl(x2, w, b, 1e-5, mode, inplace=True)
-                assert rel_err(x2, want) <= TOL[dtype], what + ("in place",)
+    for G, n in group_lengths(V, rw.TARGET_PACKS, 1000):
+        assert rw.short_group(rw.plan(301, n, dtype, rw.fwd_maxp(dtype), fwd_threads(dtype), SMS), dtype, 1) == G
+        x, xv = make((301, n), dtype, 2.0, 0.5)
+        for with_affine in (True, False):
+            w, b, wv, bv = affine(n, dtype, mode, with_affine, with_affine)
+            want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
+            y, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
+            what = (G, n, with_affine)
+            assert rel_err(y, want) <= TOL[dtype] and rel_err(rstd, want_rstd[:, 0]) <= 1e-5, what
+            if mode == "layer_norm":
+                assert rel_err(mean, xv.mean(-1)) <= 1e-5, what
+            x2 = x.copy()
+            norm_forward_impl(x2, w, b, 1e-5, mode, inplace=True)
+            assert rel_err(x2, want) <= TOL[dtype], what + ("in place",)
 
 
 @gpu
@@ -377,8 +376,7 @@ def test_backward_short_groups(mode):
     for dtype, packs in SHORT_BWD.items():
         V = rw.vec(dtype)
         P = bwd_maxp(dtype, packs)
-        cases = [(G, n) for G in rw.SHORT_GROUPS for n in sorted({G * P * V, (G // 2) * P * V + V})]
-        for G, n in cases + [(rw.ROW_BLOCK, 64 * P * V + V), (rw.ROW_BLOCK, 1000)]:
+        for G, n in group_lengths(V, P, 1000):
             p = rw.plan(301, n, dtype, P, bwd_threads(dtype, packs), SMS, persistent=True)
             assert rw.short_group(p, dtype, 1) == G and (p.group == G or p.path == "block"), (G, n, p)
             for rows in (301, 4001):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import cupy_kernels as ck
-from conftest import FLOATS, TOL, cupy_array, gpu, rel_err, rng, rounded, to_f64, torch, torch_gpu
+from conftest import FLOATS, TOL, cupy_array, gpu, group_lengths, rel_err, rng, rounded, to_f64, torch, torch_gpu
 from cupy_kernels.ops import _rowwise as rw
 from cupy_kernels.ops.softmax import softmax_backward_impl, softmax_impl, threads_of
 
@@ -68,11 +68,9 @@ def test_boundaries_cover_every_path():
 
 
 def short_lengths(dtype, kind="fwd"):
-    """(G, n): for each compile-time sub-warp group (rw.SHORT_GROUPS), a row filling it and one just past the
-    next smaller group (fewer packs a thread than it holds), then (ROW_BLOCK, n) for a block a row."""
+    """conftest.group_lengths for this kernel; the block row the longest one block holds."""
     V, P = rw.vec(dtype), min(rw.TARGET_PACKS, maxp(dtype, kind))
-    return ([(G, n) for G in rw.SHORT_GROUPS for n in sorted({G * P * V, (G // 2) * P * V + V})]
-            + [(rw.ROW_BLOCK, 64 * P * V + V), (rw.ROW_BLOCK, threads(dtype, kind) * maxp(dtype, kind) * V)])
+    return group_lengths(V, P, threads(dtype, kind) * maxp(dtype, kind) * V)
 
 
 def test_short_group_only_where_it_applies():

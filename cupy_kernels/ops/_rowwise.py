@@ -51,7 +51,10 @@ def fwd_threads(dtype: str, n: int | None = None) -> int:
 
 
 MAX_THREADS_PER_SM = 2048  # sm_80 / sm_90
-SUBWARP_GRID = {"per_sm": None}  # a probe switch: plan()'s loop_blocks_per_sm where a caller gives none
+# A probe switch: sub-warp grids capped at this many blocks an SM, each block looping over rows. Session 7 capped
+# layer_norm's forward at 32 (the run-time-group kernel's set-up paid once for several rows); with the compile-time
+# groups (GT) the cap measured slower (32768x1024 f16 35.0-35.5 -> 34.8 us), so nothing is capped (notes.md).
+SUBWARP_GRID = {"per_sm": None}
 MAX_EXCHANGE_PARTS = 256   # rows.cuh
 
 
@@ -86,16 +89,13 @@ class Plan:
 
 
 def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: int, persistent: bool = False,
-         force: str | None = None, min_blocks: int | None = None, occupancy=None, long_rows: str | None = None,
-         loop_blocks_per_sm: int | None = None) -> Plan:
+         force: str | None = None, min_blocks: int | None = None, occupancy=None, long_rows: str | None = None) -> Plan:
     """Geometry for a row length: a sub-warp group of G <= 32 threads when a row is <= 32 * TARGET_PACKS
     packs, else a block of up to `max_threads` threads, else `parts` blocks per row.
     `persistent` caps the grid at the resident block count (norm backward: one partial row per block).
     `force="block"` takes the block path even for short rows (a ladder variant and a test hook).
     `min_blocks`: resident blocks per SM the kernel's __launch_bounds__ guarantees (default: rows.cuh's);
-    `occupancy(threads)`, when given, the device's exact figure. `long_rows`: "split" or "exchange".
-    `loop_blocks_per_sm`: a sub-warp grid of at most this many blocks an SM, each looping over rows (the
-    thread's set-up paid once for several rows)."""
+    `occupancy(threads)`, when given, the device's exact figure. `long_rows`: "split" or "exchange"."""
     V = vec(dtype)
     P = ceil_div(n, V)  # packs per row
     target = min(TARGET_PACKS, maxp)
@@ -132,30 +132,30 @@ def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: i
         grid = min(groups, resident)  # one wave, all resident
     else:
         grid = min(groups, (1 << 30) // gpb)  # the kernels step rows by grid * gpb / parts in 32 bits
-        loop = loop_blocks_per_sm or SUBWARP_GRID["per_sm"]
-        if group <= 32 and loop:
-            grid = min(grid, loop * sm_count)
+        if group <= 32 and SUBWARP_GRID["per_sm"]:
+            grid = min(grid, SUBWARP_GRID["per_sm"] * sm_count)
     return Plan(rows, n, group, threads, packs, parts, chunk, max(grid, parts), split)
 
 
-# Forward rows of one aligned segment take instances compiled for their group (softmax_fwd / norm_fwd's GT):
-# G threads of a sub-warp group, or ROW_BLOCK (a block a row). With the group, one segment and aligned packs
-# known at compile time, the row tests, the row grid's divisions and the shuffle predicates fold away
-# (log_softmax float32 G 8: 1296 -> 392 SASS instructions). float64 keeps the run-time form.
+# Rows of one aligned segment take instances compiled for their group (the GT of softmax_fwd / softmax_bwd /
+# norm_fwd, and norm_bwd's where norm.SHORT_BWD has them): G threads of a sub-warp group, or ROW_BLOCK (a block a
+# row). With the group, one segment and aligned packs known at compile time, the row tests, the row grid's
+# divisions and the shuffle predicates fold away (log_softmax float32 G 8: 1296 -> 392 SASS instructions).
+# float64 keeps the run-time form.
 SHORT_DTYPES = ("float16", "bfloat16", "float32")
 SHORT_GROUPS = (1, 2, 4, 8, 16, 32)
 ROW_BLOCK = 1024  # rows.cuh
-SHORT_FWD = {"on": True}  # a probe / ladder switch
+COMPILED_GROUPS = {"on": True}  # a probe / ladder switch
 
 
 def group_token(group: int) -> str:
-    """A forward kernel name's GT argument (none for the run-time group)."""
+    """A row kernel name's GT argument (none for the run-time group)."""
     return "" if not group else ", ROW_BLOCK" if group == ROW_BLOCK else f", {group}"
 
 
 def short_group(p: Plan, dtype: str, al: int, variant: str = "auto") -> int:
-    """The compile-time group (GT) of a forward launch planned as `p`, or 0 for the run-time form."""
-    if not (SHORT_FWD["on"] and variant == "auto" and al and dtype in SHORT_DTYPES and p.parts == 1):
+    """The compile-time group (GT) of a launch planned as `p`, or 0 for the run-time form."""
+    if not (COMPILED_GROUPS["on"] and variant == "auto" and al and dtype in SHORT_DTYPES and p.parts == 1):
         return 0
     return p.group if p.path == "subwarp" else ROW_BLOCK
 

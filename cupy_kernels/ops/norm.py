@@ -70,11 +70,6 @@ def bwd_min_blocks(dtype: str, packs: int = 1) -> int:
 
 
 STAGE_FWD = {"on": True}  # rows of >= 512-thread blocks staged in shared memory (rw.stage_fwd); a probe switch
-# Sub-warp forward grids capped at this many blocks an SM by mode, each block looping over rows (rw.plan's
-# loop_blocks_per_sm). Session 7 capped layer_norm at 32 (32768x1024 fp16 41.8 -> 39.5 us, the run-time-group
-# kernel's set-up paid once for several rows); with the compile-time groups (GT) the cap measured slower (35.0-35.5
-# -> 34.8 us, session 8), so none is capped now (benchmarks/notes.md). A probe switch.
-LOOP_FWD = {}
 STAGE_BWD = {"on": True}  # half-type rows of 1024-thread backward blocks staged likewise; a probe switch
 
 
@@ -264,7 +259,7 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                         long_rows="exchange" if variant == "counter" else
                         variant if variant in ("split", "exchange") else None)
             p = rw.plan(rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), current().sm_count,
-                        occupancy=rw.occupancy(kernel, name), loop_blocks_per_sm=LOOP_FWD.get(mode), **args)
+                        occupancy=rw.occupancy(kernel, name), **args)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
             pp = variant == "auto" and rw.pipelined_plan(SOURCE, _parts(dtype, mode), rows, n, dtype, al,
                                                          rw.PARTS_PACKS["norm"], p.threads)

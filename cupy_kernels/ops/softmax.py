@@ -85,6 +85,7 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     kernel = SOURCE.kernel(name)
     p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count,
                 occupancy=rw.occupancy(kernel, name), **args)
+    g = rw.short_group(p, dtype, al, variant)  # the compile-time group, where one applies
     smem = 0
     if (kind == "bwd" and dtype in ("float16", "bfloat16") and al and WIDE_BWD["on"] and variant == "auto"
             and p.parts > 1 and n <= WIDE_BWD_MAX):
@@ -102,16 +103,16 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     elif (kind == "bwd" and dtype in ("float16", "bfloat16") and al and p.path in STAGE_BWD
             and p.threads == BWD_THREADS and stage_bytes(dtype, p.threads) <= STAGE_MAX_BYTES):
         # a resident grid that loops over rows, so each block has a next row to stage
-        name = _name(kind, dtype, mode, stage=True, group=rw.short_group(p, dtype, al, variant))
+        name = _name(kind, dtype, mode, stage=True, group=g)
         kernel = SOURCE.kernel(name)
         p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count, persistent=True,
                     occupancy=rw.occupancy(kernel, name, lambda t: stage_bytes(dtype, t)), **args)
         smem = stage_bytes(dtype, p.threads)
     elif kind == "fwd" and STAGE_FWD["on"] and (stage := rw.stage_fwd(p, dtype, al, STAGE_FWD["two_ahead"])):
-        name = _name(kind, dtype, mode, stage=stage, group=rw.short_group(p, dtype, al, variant))
+        name = _name(kind, dtype, mode, stage=stage, group=g)
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, maxp, threads_of(kind, dtype, n), tensors=stage, **args)
-    elif g := rw.short_group(p, dtype, al, variant):
+    elif g:
         kernel = SOURCE.kernel(_name(kind, dtype, mode, group=g))
     counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE[kind])
     sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
