@@ -72,6 +72,21 @@ def test_boundaries_cover_every_path():
             assert paths == {"subwarp", "block", "multiblock"}, (dtype, kind)
 
 
+def test_group_lengths_take_their_group():
+    """The rows the GPU tests give the compile-time groups plan to those groups (forward and backward)."""
+    from cupy_kernels.ops.norm import SHORT_BWD
+
+    for dtype in rw.SHORT_DTYPES:
+        V = rw.vec(dtype)
+        for G, n in group_lengths(V, rw.TARGET_PACKS, 64 * rw.TARGET_PACKS * V):
+            assert rw.short_group(rw.plan(301, n, dtype, rw.fwd_maxp(dtype), fwd_threads(dtype), SMS), dtype, 1) == G
+    for dtype, packs in SHORT_BWD.items():
+        V, P = rw.vec(dtype), bwd_maxp(dtype, packs)
+        for G, n in group_lengths(V, P, 1000):
+            p = rw.plan(301, n, dtype, P, bwd_threads(dtype, packs), SMS, persistent=True)
+            assert rw.short_group(p, dtype, 1) == G, (dtype, G, n)
+
+
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_reference_backward_matches_finite_differences(mode):
     g = rng()
@@ -179,7 +194,7 @@ def test_forward_short_groups(mode, dtype):
     """The forward instances compiled for their group (conftest.group_lengths' rows), with and without the
     affine, out of place and in place, and the statistics."""
     V = rw.vec(dtype)
-    for G, n in group_lengths(V, rw.TARGET_PACKS, 1000):
+    for G, n in group_lengths(V, rw.TARGET_PACKS, 64 * rw.TARGET_PACKS * V):
         assert rw.short_group(rw.plan(301, n, dtype, rw.fwd_maxp(dtype), fwd_threads(dtype), SMS), dtype, 1) == G
         x, xv = make((301, n), dtype, 2.0, 0.5)
         for with_affine in (True, False):
