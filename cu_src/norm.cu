@@ -294,19 +294,18 @@ __device__ __forceinline__ A bwd_xhat(A v, A wv, A bv, A mean, A rstd) {
   return (v - mean) * rstd;
 }
 
-// First pass over one pack, added to this thread's share: c1 += sum(g), c2 += sum(g * xhat) (from x:
-// sum(g * (x - mean)), times rstd by the caller), g = dy * w.
+// First pass over one pack, added to this thread's share: c1 += sum(g), c2 += sum(g * xhat), g = dy * w. From
+// x: sum(g * (x - mean)), times rstd by the caller; from the output, g * xhat = dy * (y - b): no division.
 template <typename T, int MODE, int FROM_OUTPUT, typename A = typename AccOf<T>::type,
           typename P = typename Vec16<T>::type>
 __device__ __forceinline__ void bwd_sums_pack(const P& x, const P& d, const P& wp, const P& bp, A mean, A rstd, A& c1,
                                               A& c2) {
 #pragma unroll
   for (int e = 0; e < Vec16<T>::N; ++e) {
-    const A wv = elem<A>(wp, e);
-    const A g = elem<A>(d, e) * wv;
-    c1 += g;
-    c2 += g * (FROM_OUTPUT ? bwd_xhat<MODE, FROM_OUTPUT>(elem<A>(x, e), wv, elem<A>(bp, e), mean, rstd)
-                           : elem<A>(x, e) - mean);
+    const A dv = elem<A>(d, e), xv = elem<A>(x, e);
+    if (MODE == LAYER) c1 += dv * elem<A>(wp, e);
+    if (FROM_OUTPUT) c2 += dv * (MODE == LAYER ? xv - elem<A>(bp, e) : xv);
+    else c2 += dv * elem<A>(wp, e) * (xv - mean);
   }
 }
 
@@ -598,15 +597,16 @@ __device__ __forceinline__ void store_sums(float4* acc, int s0, const float (&a)
 // packs <= 2 per thread (chunk <= 2 * V * blockDim.x), aligned rows. Dynamic shared memory, in 16-byte slots:
 // Q = V / 4 per pack per thread of dweight sums (float4 [Q * p + h][thread]: conflict-free), as many of dbias
 // sums (layer), then the weight's packs and the next row's src and dy staged (packs * blockDim.x each).
-// Cluster c writes partial row c (column_sum adds them).
-template <typename T, int MODE, int FROM_OUTPUT, int CL, bool STAGE = true>
+// Cluster c writes partial row c (column_sum adds them). FULL: every CTA's segment is 2 packs a thread (chunk =
+// 2 * V * blockDim.x = n / CL): no pack count or bounds test at run time.
+template <typename T, int MODE, int FROM_OUTPUT, int CL, bool STAGE = true, bool FULL = false>
 __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                           const T* __restrict__ w, const T* __restrict__ b,
                                                           const float* __restrict__ mean_in,
                                                           const float* __restrict__ rstd_in,
                                                           float* __restrict__ dw_part, float* __restrict__ db_part,
                                                           long long rows, long long n, float inv_n, long long chunk,
-                                                          int packs) {
+                                                          int packs_in) {
   static_assert(sizeof(T) <= 4, "float accumulators");
   typedef float A;
   typedef typename Vec16<T>::type P;
@@ -617,7 +617,8 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
   const unsigned rank = CL > 1 ? cluster_rank() : 0;
   const long long groups = gridDim.x / CL, group = blockIdx.x / CL;
   const long long begin = rank * chunk;
-  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true};
+  const int packs = FULL ? MAXP : packs_in;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true, FULL};
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int slots = Q * packs * blockDim.x;  // float4 accumulators of one kind
   float4* const accw = reinterpret_cast<float4*>(dyn_smem);
@@ -698,7 +699,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
     const float4* acc = k == 0 ? accw : accb;
 #pragma unroll
     for (int p = 0; p < MAXP; ++p)
-      if (p < packs && L.at(p) < L.len) {
+      if (p < packs && L.inside(p)) {
         float4* o = reinterpret_cast<float4*>(out + group * n + begin + L.at(p));
 #pragma unroll
         for (int h = 0; h < Q; ++h) o[h] = acc[(Q * p + h) * blockDim.x + threadIdx.x];

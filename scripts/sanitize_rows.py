@@ -1,6 +1,6 @@
 """compute-sanitizer target (issue 4): one small launch of each row-kernel form session 8 added or changed, so that
 memcheck / racecheck see them: the forward and backward instances compiled for their group (sub-warp G 8 and 32,
-ROW_BLOCK unstaged and staged), norm_bwd's float32 GT forms, and norm_bwd_shared's unstaged small CTAs.
+ROW_BLOCK unstaged and staged), norm_bwd's float32 GT forms, and norm_bwd_shared's unstaged small CTAs and its clusters of 2 and 4.
 Run: compute-sanitizer --tool racecheck python3 scripts/sanitize_rows.py"""
 import cupy
 import numpy as np
@@ -16,7 +16,8 @@ def dev(a, dtype):
     return cupy.asarray(a.astype(cupy_dtype(dtype)))  # bfloat16 through ml_dtypes, as the tests do
 
 
-for dtype, n in (("float32", 128), ("float16", 1024), ("float32", 4096), ("bfloat16", 32768), ("float32", 2048)):
+for dtype, n in (("float32", 128), ("float16", 1024), ("float32", 4096), ("bfloat16", 32768), ("float32", 2048),
+                 ("bfloat16", 16384)):
     x, dy = (dev(rng.standard_normal((67, n)), dtype) for _ in range(2))
     w, b = dev(rng.random(n) + 0.5, dtype), dev(rng.standard_normal(n), dtype)
     for mode in ("softmax", "log_softmax"):

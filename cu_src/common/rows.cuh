@@ -56,7 +56,9 @@ template <typename T> struct RowLayout {
   int len;  // elements of this segment (a segment fits one block's registers: < 2^31)
   int lane, G, packs;
   bool aligned;
+  bool full = false;  // every pack p < packs lies inside the segment (a compile-time fact where it is one)
   __device__ __forceinline__ int at(int p) const { return (p * G + lane) * V; }
+  __device__ __forceinline__ bool inside(int p) const { return full || at(p) < len; }  // pack p, aligned rows
 };
 
 // r[p] <- the thread's packs of `src` (a segment start) for p < packs; elements past the segment
@@ -71,7 +73,7 @@ __device__ __forceinline__ void load_packs(typename Vec16<T>::type (&r)[MAXP], c
     if (p < L.packs) {
       const int i = L.at(p);
       if (L.aligned) {
-        if (i < L.len) {
+        if (L.inside(p)) {
           r[p] = *reinterpret_cast<const P*>(src + i);
         } else {
 #pragma unroll
@@ -105,7 +107,7 @@ template <typename T, int MAXP>
 __device__ __forceinline__ void stage_packs(typename Vec16<T>::type* stage, const T* src, const RowLayout<T>& L) {
 #pragma unroll
   for (int p = 0; p < MAXP; ++p)
-    if (p < L.packs && L.at(p) < L.len) cp_async16(stage + p * blockDim.x + threadIdx.x, src + L.at(p));
+    if (p < L.packs && L.inside(p)) cp_async16(stage + p * blockDim.x + threadIdx.x, src + L.at(p));
 }
 template <typename T, int MAXP>
 __device__ __forceinline__ void unstage_packs(typename Vec16<T>::type (&r)[MAXP], const typename Vec16<T>::type* stage,
@@ -113,7 +115,7 @@ __device__ __forceinline__ void unstage_packs(typename Vec16<T>::type (&r)[MAXP]
 #pragma unroll
   for (int p = 0; p < MAXP; ++p) {
     if (p < L.packs) {
-      if (L.at(p) < L.len) {
+      if (L.inside(p)) {
         r[p] = stage[p * blockDim.x + threadIdx.x];
       } else {
 #pragma unroll
@@ -225,7 +227,7 @@ __device__ __forceinline__ void store_pack(T* dst, const typename Vec16<T>::type
   typedef typename Vec16<T>::type P;
   const int i = L.at(p);
   if (L.aligned) {
-    if (i < L.len) *reinterpret_cast<P*>(dst + i) = v;
+    if (L.inside(p)) *reinterpret_cast<P*>(dst + i) = v;
   } else {
 #pragma unroll
     for (int e = 0; e < L.V; ++e)
@@ -250,7 +252,7 @@ __device__ __forceinline__ typename Vec16<T>::type column_pack(const T* base, in
       int4 raw;
       P v;
     } u;
-    if (base != nullptr && L.aligned && i < L.len) {
+    if (base != nullptr && L.aligned && L.inside(p)) {
       u.raw = NC ? __ldg(reinterpret_cast<const int4*>(base + i)) : *reinterpret_cast<const int4*>(base + i);
     } else {
 #pragma unroll
@@ -265,7 +267,7 @@ __device__ __forceinline__ typename Vec16<T>::type column_pack(const T* base, in
       return v;
     }
     if (L.aligned) {
-      if (i < L.len) {
+      if (L.inside(p)) {
         if (!NC) return *reinterpret_cast<const P*>(base + i);
         const int4 raw = __ldg(reinterpret_cast<const int4*>(base + i));
         return *reinterpret_cast<const P*>(&raw);
@@ -464,7 +466,7 @@ template <int MAXP, typename T, typename F>
 __device__ __forceinline__ void for_own_packs(const RowLayout<T>& L, F f) {
 #pragma unroll
   for (int p = 0; p < MAXP; ++p)
-    if (p < L.packs && L.at(p) < L.len) f(p);
+    if (p < L.packs && L.inside(p)) f(p);
 }
 
 // Rows split over `parts` co-resident blocks, pipelined: each block's segment of a row is staged in one

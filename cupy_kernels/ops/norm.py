@@ -118,19 +118,23 @@ def _pipelined(dtype, mode, from_output):
 # float32 4096²: layer 61.0 -> 56.3, rms 57.0 -> 54.9 (benchmarks/notes.md). One-CTA rows in CTAs of fewer than
 # "stage_threads" load x and dy straight into registers rather than staging the next row (many CTAs an SM
 # already overlap rows; less shared memory, more CTAs): 32768x1024 f16 layer 68.1 -> 66.2 us, rms 58.7 -> 58.2.
+# Rows that fill every CTA's 2 packs a thread exactly (1024 / 8192 / 32768 half, 4096 / 16384 float32: every
+# issue shape) take the FULL instances, with no pack count or bounds test at run time: the loop body of the
+# layer bfloat16 cluster of 4 went from 688 to 490 instructions.
 # The switches are for the ladder, the probes and the tests.
 SHARED_BWD = {"on": True, "from": 1024, "from_float32": 4096, "threads": 512, "stage_threads": 512,
-              "dtypes": ("float16", "bfloat16", "float32")}
+              "dtypes": ("float16", "bfloat16", "float32"), "full": True}
 SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CL instances
 
 
-def _shared(dtype, mode, from_output, cl, stage=True):
-    return f"norm_bwd_shared<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}{'' if stage else ', false'}>"
+def _shared(dtype, mode, from_output, cl, stage=True, full=False):
+    tail = f", {str(stage).lower()}, true" if full else "" if stage else ", false"
+    return f"norm_bwd_shared<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}{tail}>"
 
 
 def shared_plan(n: int, dtype: str, mode: str, cc: int):
-    """(cluster CTAs, threads, packs, chunk, dynamic shared bytes) of norm_bwd_shared for rows of n
-    elements, or None where it does not apply (another type, too short, or too long for this device)."""
+    """(cluster CTAs, threads, packs, chunk, dynamic shared bytes, staged, full) of norm_bwd_shared for rows
+    of n elements, or None where it does not apply (another type, too short, or too long for this device)."""
     V = rw.vec(dtype)
     per_cta = SHARED_BWD["threads"] * 2 * V
     cl = next_pow2(ceil_div(n, per_cta))
@@ -143,7 +147,8 @@ def shared_plan(n: int, dtype: str, mode: str, cc: int):
     packs = ceil_div(P, threads)
     sums = (2 if mode == "layer_norm" else 1) * V // 4  # dweight (and dbias) float4 slots a pack per thread
     stage = cl > 1 or threads >= SHARED_BWD["stage_threads"]  # CTAs below: rows straight into registers
-    return cl, threads, packs, chunk, (sums + 1 + 2 * stage) * packs * threads * 16, stage  # + weight, next x, dy
+    full = SHARED_BWD["full"] and packs == 2 and chunk == 2 * V * threads and cl * chunk == n
+    return cl, threads, packs, chunk, (sums + 1 + 2 * stage) * packs * threads * 16, stage, full  # + weight, x, dy
 
 
 def _bwd_parts(dtype, mode, from_output):
@@ -186,6 +191,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_shared(t, m, f, cl) for t in ("float16", "bfloat16", "float32") for m in MODES for f in (0, 1)
                   for cl in SHARED_CLUSTERS]
                + [_shared(t, m, f, 1, False) for t in ("float16", "bfloat16", "float32") for m in MODES for f in (0, 1)]
+               + [_shared(t, m, f, cl, st, True) for t in ("float16", "bfloat16", "float32") for m in MODES
+                  for f in (0, 1) for cl, st in ((1, False),) + tuple((c, True) for c in SHARED_CLUSTERS)]
                + [_bwd_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (0, 1)]
                + [_colsum(t, cw, y) for t in FLOAT_DTYPES for cw in (1, 4) for y in COLUMN_SUM_Y])
 
@@ -354,8 +361,8 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                     rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n, np.int64(p.chunk), np.int32(p.packs),
                     np.int32(p.parts), words), shared_mem=smem)
         elif shared:
-            cl, threads, spacks, chunk, smem, stage = shared
-            name = _shared(dtype, mode, from_output, cl, stage)
+            cl, threads, spacks, chunk, smem, stage, full = shared
+            name = _shared(dtype, mode, from_output, cl, stage, full)
             kernel = SOURCE.kernel(name)
             use_shared_memory(kernel, smem, name)
             groups = min(rows, resident_blocks(kernel, threads, smem) if cl == 1 else
