@@ -795,35 +795,45 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
 // 32 x Y block sums rows y, y + Y, ... of its CW consecutive columns (independent loads, many in flight);
 // then with Y = 32 warp w adds the 32 sums of column w with a fixed butterfly, with a shorter Y thread
 // (x, 0) adds its columns' Y sums in order. Deterministic. The host picks Y (few partial rows: a short Y,
-// no idle threads) and CW (4 for long rows of a multiple of 4: fewer blocks).
-// Launch: grid (ceil(n / (32 * CW)), 2: y = 0 weight, 1 bias), block (32, Y). p1 / o1 may be null.
-template <typename T, int CW, int Y>
+// no idle threads) and CW (4 for long rows of a multiple of 4: fewer blocks). TW (Y = 32, CW = 1): a warp
+// takes TW columns of 32 / TW rows (lane x: column x % TW, row x / TW), so that few columns still make
+// blocks for every SM (32768x1024: 2112 partial rows of 1024 columns in 32 blocks a tensor took ~8 us).
+// Launch: grid (ceil(n / (TW * CW)), 2: y = 0 weight, 1 bias), block (32, Y). p1 / o1 may be null.
+template <typename T, int CW, int Y, int TW = 32>
 __global__ void __launch_bounds__(1024) column_sum(const typename AccOf<T>::type* __restrict__ p0,
                                                    const typename AccOf<T>::type* __restrict__ p1, T* o0, T* o1,
                                                    long long r, long long n) {
   typedef typename AccOf<T>::type A;
+  static_assert(TW == 32 || (Y == 32 && CW == 1), "narrow column tiles: 32 x 32 blocks, one column a thread");
+  constexpr int RW = 32 / TW, R = Y * RW;  // rows a warp's load covers; row sums a column
   const A* p = blockIdx.y ? p1 : p0;
   T* o = blockIdx.y ? o1 : o0;
   if (p == nullptr) return;  // uniform over the block
-  __shared__ A part[CW][Y][33];
-  const long long col = ((long long)blockIdx.x * 32 + threadIdx.x) * CW;
+  __shared__ A part[CW][R][TW + 1];
+  const int tx = threadIdx.x % TW, ty = threadIdx.y * RW + threadIdx.x / TW;
+  const long long col = ((long long)blockIdx.x * TW + tx) * CW;
   A acc[CW];
 #pragma unroll
   for (int k = 0; k < CW; ++k) acc[k] = A(0);
   if (col < n)  // CW = 4: n a multiple of 4
 #pragma unroll 8
-    for (long long i = threadIdx.y; i < r; i += Y)
+    for (long long i = ty; i < r; i += R)
 #pragma unroll
       for (int k = 0; k < CW; ++k) acc[k] += p[i * n + col + k];
 #pragma unroll
-  for (int k = 0; k < CW; ++k) part[k][threadIdx.y][threadIdx.x] = acc[k];
+  for (int k = 0; k < CW; ++k) part[k][ty][tx] = acc[k];
   __syncthreads();
   if constexpr (Y == 32) {
 #pragma unroll
     for (int k = 0; k < CW; ++k) {
-      A s = group_reduce<SumOp>(part[k][threadIdx.x][threadIdx.y], 32);  // warp y: column y, lane x: rows x, ...
-      const long long c = ((long long)blockIdx.x * 32 + threadIdx.y) * CW + k;
-      if (threadIdx.x == 0 && c < n) o[c] = cast<T>(s);
+      if (threadIdx.y < TW) {  // warp y: column y, lane x: rows x, x + 32, ... of its R sums, in order
+        A s = part[k][threadIdx.x][threadIdx.y];
+#pragma unroll
+        for (int j = 1; j < RW; ++j) s += part[k][threadIdx.x + 32 * j][threadIdx.y];
+        s = group_reduce<SumOp>(s, 32);
+        const long long c = ((long long)blockIdx.x * TW + threadIdx.y) * CW + k;
+        if (threadIdx.x == 0 && c < n) o[c] = cast<T>(s);
+      }
     }
   } else if (threadIdx.y == 0 && col < n) {
 #pragma unroll

@@ -299,7 +299,8 @@ def test_backward_staged_rows(mode):
     """The half-type backward forms: one pack per thread (1024-thread blocks), staged (next row's x or y
     and dy in shared memory) and not, pipelined (two rows in flight, one block per row) and not, two
     packs per thread (512-thread blocks; layer_norm's dbias from the kernel or from a column sum of dy),
-    and norm_bwd_shared (column sums in shared memory; one CTA, staged or not, or a cluster per row), each on
+    and norm_bwd_shared (column sums in shared memory; one CTA, staged or not (small CTAs: 1024,
+    2048, 4096), or a cluster per row), each on
     every length: resident grids looping over several rows per block (and blocks with no row), one-block
     and multi-block rows and their edges, a block's threads past the row end, a cluster's second CTA with
     a shorter segment, from x and from the output; dx, dweight, dbias against the reference."""
@@ -307,7 +308,8 @@ def test_backward_staged_rows(mode):
 
     for dtype, n, rows in (("bfloat16", 8192, 300), ("float16", 8184, 280), ("bfloat16", 32768, 140),
                            ("float16", 20000, 150), ("float16", 4104, 290), ("bfloat16", 6000, 3),
-                           ("bfloat16", 16392, 70), ("float16", 16384, 40), ("float16", 40000, 30)):
+                           ("bfloat16", 16392, 70), ("float16", 16384, 40), ("float16", 40000, 30),
+                           ("float16", 1024, 301), ("bfloat16", 2048, 97), ("float16", 4096, 33)):
         c = backward_case(rows, n, dtype, mode)
         saved, saved_shared = dict(N.TWO_PACK_FROM), dict(N.SHARED_BWD)
         for on, two_pack_from, db_by_reduce, pipelined, shared_from, threads, stage_threads in (

@@ -160,20 +160,24 @@ def _bwd_parts(dtype, mode, from_output):
 PARTS_BWD_THREADS = 256
 
 
-def _colsum(dtype, cw=1, ys=32):
-    return f"column_sum<{CTYPES[dtype]}, {cw}, {ys}>"
+def _colsum(dtype, cw=1, ys=32, tw=32):
+    return f"column_sum<{CTYPES[dtype]}, {cw}, {ys}{'' if tw == 32 else f', {tw}'}>"
 
 
 COLUMN_SUM_Y = (1, 8, 32)  # column_sum's Y instances
 
 
-def column_sum_shape(r: int, n: int, sm_count: int) -> tuple[int, int]:
-    """(Y, CW) of column_sum over r partial rows of n columns: Y threads down the rows, at least about 8
+def column_sum_shape(r: int, n: int, sm_count: int) -> tuple[int, int, int]:
+    """(Y, CW, TW) of column_sum over r partial rows of n columns: Y threads down the rows, at least about 8
     rows a thread below 32 (4 partial rows of 262144 columns in 32 x 32 blocks left 28 of 32 threads idle:
-    ~90 us), four columns a thread where that still leaves two blocks per SM."""
+    ~90 us), four columns a thread where that still leaves a block per SM and tensor, and warps of 8 columns
+    (4 rows a load) where 32-column tiles would leave three quarters of the SMs idle. Measured alone
+    (scripts/probe_column_sum.py, H200, us): 2112 x 1024 TW 8 9.2 vs 10.1; 62 x 32768 CW 4 8.9 vs 11.6; but
+    264 x 4096 TW 8 12.0 vs 6.4."""
     ys = next(y for y in COLUMN_SUM_Y if y == COLUMN_SUM_Y[-1] or r <= 16 * y)
-    cw = 4 if n % 4 == 0 and n >= 2 * sm_count * 32 * 4 else 1
-    return ys, cw
+    cw = 4 if n % 4 == 0 and n >= sm_count * 32 * 4 else 1
+    tw = 8 if ys == 32 and cw == 1 and ceil_div(n, 32) <= sm_count // 4 else 32
+    return ys, cw, tw
 
 
 SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
@@ -194,7 +198,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_shared(t, m, f, cl, st, True) for t in ("float16", "bfloat16", "float32") for m in MODES
                   for f in (0, 1) for cl, st in ((1, False),) + tuple((c, True) for c in SHARED_CLUSTERS)]
                + [_bwd_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (0, 1)]
-               + [_colsum(t, cw, y) for t in FLOAT_DTYPES for cw in (1, 4) for y in COLUMN_SUM_Y])
+               + [_colsum(t, cw, y) for t in FLOAT_DTYPES for cw in (1, 4) for y in COLUMN_SUM_Y]
+               + [_colsum(t, 1, 32, 8) for t in FLOAT_DTYPES])
 
 
 def _detach(x):
@@ -424,9 +429,9 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                 reduce_impl("sum", d2, axis=0, out=db)  # float sums in a fixed order: deterministic
         if rows and n:
             if want_w or (want_b and not db_by_reduce):
-                ys, cw = column_sum_shape(nrg, n, current().sm_count)
-                SOURCE.kernel(_colsum(dtype, cw, ys))(
-                    (ceil_div(n, 32 * cw), 2), (32, ys),
+                ys, cw, tw = column_sum_shape(nrg, n, current().sm_count)
+                SOURCE.kernel(_colsum(dtype, cw, ys, tw))(
+                    (ceil_div(n, tw * cw), 2), (32, ys),
                     (rw.ptr(dw_part) if want_w else rw.ptr(db_part), rw.ptr(db_part) if want_w else np.uint64(0),
                      rw.ptr(dw) if want_w else rw.ptr(db), rw.ptr(db) if want_w else np.uint64(0),
                      np.int64(nrg), np.int64(n)))
