@@ -173,10 +173,10 @@ def column_sum_shape(r: int, n: int, sm_count: int) -> tuple[int, int, int]:
     ~90 us), four columns a thread where that still leaves a block per SM and tensor, and warps of 8 columns
     (4 rows a load) where 32-column tiles would leave three quarters of the SMs idle. Measured alone
     (scripts/probe_column_sum.py, H200, us): 2112 x 1024 TW 8 9.2 vs 10.1; 62 x 32768 CW 4 8.9 vs 11.6; but
-    264 x 4096 TW 8 12.0 vs 6.4."""
+    264 x 4096 TW 8 12.0 vs 6.4; 65536x128 backward read ~1 us slower with TW 8 in a bench (not taken below 1024)."""
     ys = next(y for y in COLUMN_SUM_Y if y == COLUMN_SUM_Y[-1] or r <= 16 * y)
     cw = 4 if n % 4 == 0 and n >= sm_count * 32 * 4 else 1
-    tw = 8 if ys == 32 and cw == 1 and ceil_div(n, 32) <= sm_count // 4 else 32
+    tw = 8 if ys == 32 and cw == 1 and 1024 <= n <= 32 * (sm_count // 4) else 32  # measured at 1024 only
     return ys, cw, tw
 
 
