@@ -395,6 +395,7 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
                                                   long long n, typename AccOf<T>::type inv_n, long long chunk,
                                                   int G, int packs, int parts, int aligned, int phase, int* sync,
                                                   typename AccOf<T>::type* slots) {
+  launch_dependents();  // column_sum's blocks may start (they wait for this grid's end)
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
@@ -487,6 +488,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
                                                              typename AccOf<T>::type* __restrict__ db_part,
                                                              long long rows, long long n,
                                                              typename AccOf<T>::type inv_n, int packs) {
+  launch_dependents();  // column_sum's blocks may start (they wait for this grid's end)
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int MAXP = 1, K = MAXP * Vec16<T>::N;
@@ -599,27 +601,35 @@ __device__ __forceinline__ void store_sums(float4* acc, int s0, const float (&a)
 // sums (layer), then the weight's packs and the next row's src and dy staged (packs * blockDim.x each).
 // Cluster c writes partial row c (column_sum adds them). FULL: every CTA's segment is 2 packs a thread (chunk =
 // 2 * V * blockDim.x = n / CL): no pack count or bounds test at run time.
-template <typename T, int MODE, int FROM_OUTPUT, int CL, bool STAGE = true, bool FULL = false>
-__global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
+// WARPS (CL = 1, blockDim.x <= 512): each warp its own rows (warp w of CTA c: rows c * warps + w, stepping by
+// gridDim.x * warps), up to 4 packs a lane (n <= 128 * V), its sums by shuffles alone (no barrier a row); the
+// warps' column sums folded in warp order at the end, so a CTA of 16 warps writes one partial row, not 16
+// (32768x1024 f16: 132 partial rows instead of 2112 from 64-thread CTAs).
+template <typename T, int MODE, int FROM_OUTPUT, int CL, bool STAGE = true, bool FULL = false, bool WARPS = false>
+__global__ void __launch_bounds__(WARPS ? 512 : 1024, 1) norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                           const T* __restrict__ w, const T* __restrict__ b,
                                                           const float* __restrict__ mean_in,
                                                           const float* __restrict__ rstd_in,
                                                           float* __restrict__ dw_part, float* __restrict__ db_part,
                                                           long long rows, long long n, float inv_n, long long chunk,
                                                           int packs_in) {
+  launch_dependents();  // column_sum's blocks may start (they wait for this grid's end)
   static_assert(sizeof(T) <= 4, "float accumulators");
   typedef float A;
   typedef typename Vec16<T>::type P;
-  constexpr int V = Vec16<T>::N, MAXP = 2, Q = V / 4;  // Q float4 accumulator slots a pack
+  constexpr int V = Vec16<T>::N, MAXP = WARPS ? 4 : 2, Q = V / 4;  // Q float4 accumulator slots a pack
   constexpr bool DBS = MODE == LAYER, USES_MEAN = MODE == LAYER && !FROM_OUTPUT;
+  static_assert(!WARPS || CL == 1, "warp rows: one CTA a row group");
   __shared__ A sums[2][2][32];  // the warps' (c1, c2) of the row, two sets alternating by row
   extern __shared__ int4 dyn_smem[];
   const unsigned rank = CL > 1 ? cluster_rank() : 0;
-  const long long groups = gridDim.x / CL, group = blockIdx.x / CL;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const long long groups = WARPS ? (long long)gridDim.x * warps : gridDim.x / CL;
+  const long long group = WARPS ? (long long)blockIdx.x * warps + warp : blockIdx.x / CL;
   const long long begin = rank * chunk;
   const int packs = FULL ? MAXP : packs_in;
-  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true, FULL};
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const RowLayout<T> L{(int)min(chunk, n - begin), WARPS ? lane : (int)threadIdx.x, WARPS ? 32 : (int)blockDim.x, packs,
+                       true, FULL};
   const int slots = Q * packs * blockDim.x;  // float4 accumulators of one kind
   float4* const accw = reinterpret_cast<float4*>(dyn_smem);
   float4* const accb = accw + slots;
@@ -657,22 +667,24 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
     if (!FROM_OUTPUT) c2 *= rstd;
     if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
     else c2 = group_reduce<SumOp>(c2, 32);
-    if (lane == 0) {
-      sums[set][0][warp] = c1;
-      sums[set][1][warp] = c2;
-    }
-    if (CL > 1) cluster_sync_all();  // also a barrier of this CTA
-    else __syncthreads();
-    c1 = c2 = A(0);
-    if (lane < warps) {
-#pragma unroll
-      for (int r = 0; r < CL; ++r) {  // rank order
-        if (MODE == LAYER) c1 += CL > 1 ? ld_shared_cluster(&sums[set][0][lane], r) : sums[set][0][lane];
-        c2 += CL > 1 ? ld_shared_cluster(&sums[set][1][lane], r) : sums[set][1][lane];
+    if (!WARPS) {  // the CTA's (the cluster's) warps' sums
+      if (lane == 0) {
+        sums[set][0][warp] = c1;
+        sums[set][1][warp] = c2;
       }
+      if (CL > 1) cluster_sync_all();  // also a barrier of this CTA
+      else __syncthreads();
+      c1 = c2 = A(0);
+      if (lane < warps) {
+#pragma unroll
+        for (int r = 0; r < CL; ++r) {  // rank order
+          if (MODE == LAYER) c1 += CL > 1 ? ld_shared_cluster(&sums[set][0][lane], r) : sums[set][0][lane];
+          c2 += CL > 1 ? ld_shared_cluster(&sums[set][1][lane], r) : sums[set][1][lane];
+        }
+      }
+      if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
+      else c2 = group_reduce<SumOp>(c2, 32);
     }
-    if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
-    else c2 = group_reduce<SumOp>(c2, 32);
     opaque<T, MAXP>(rx);
     opaque<T, MAXP>(rd);
 #pragma unroll
@@ -692,6 +704,23 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_shared(const T* __restrict__
     }
   }
   if (CL > 1) cluster_sync_all();  // the peers' last reads of `sums` are done before this CTA exits
+  if (WARPS) {  // partial row blockIdx.x: slot h of pack p, lane l, summed over the warps in order
+    __syncthreads();
+    for (int k = threadIdx.x; k < (DBS ? 2 : 1) * Q * packs * 32; k += blockDim.x) {
+      const int kind = k / (Q * packs * 32), qp = k / 32 % (Q * packs), l = k % 32, p = qp / Q;
+      float* out = kind == 0 ? dw_part : db_part;
+      const int col = (p * 32 + l) * V + 4 * (qp % Q);
+      if (out == nullptr || col >= L.len) continue;
+      const float4* acc = (kind == 0 ? accw : accb) + qp * blockDim.x + l;
+      float4 s = acc[0];
+      for (int v = 1; v < warps; ++v) {
+        const float4 a = acc[32 * v];
+        s = make_float4(s.x + a.x, s.y + a.y, s.z + a.z, s.w + a.w);
+      }
+      *reinterpret_cast<float4*>(out + blockIdx.x * n + begin + col) = s;
+    }
+    return;
+  }
   // Partial row `group`, columns [begin, begin + L.len): each thread its own slots (no barrier needed).
   for (int k = 0; k < (DBS ? 2 : 1); ++k) {
     float* out = k == 0 ? dw_part : db_part;
@@ -723,6 +752,7 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
                                                          float* __restrict__ db_part, long long rows, long long n,
                                                          float inv_n, long long chunk, int packs, int parts,
                                                          unsigned long long* words) {
+  launch_dependents();  // column_sum's blocks may start (they wait for this grid's end)
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = RowPacks<T>::value;
@@ -798,7 +828,8 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
 // no idle threads) and CW (4 for long rows of a multiple of 4: fewer blocks). TW (Y = 32, CW = 1): a warp
 // takes TW columns of 32 / TW rows (lane x: column x % TW, row x / TW), so that few columns still make
 // blocks for every SM (32768x1024: 2112 partial rows of 1024 columns in 32 blocks a tensor took ~8 us).
-// Launch: grid (ceil(n / (TW * CW)), 2: y = 0 weight, 1 bias), block (32, Y). p1 / o1 may be null.
+// Launch: grid (ceil(n / (TW * CW)), 2: y = 0 weight, 1 bias), block (32, Y), after the kernel writing the partial
+// rows (programmatic dependent launch on sm_90: its blocks start as that kernel's end). p1 / o1 may be null.
 template <typename T, int CW, int Y, int TW = 32>
 __global__ void __launch_bounds__(1024) column_sum(const typename AccOf<T>::type* __restrict__ p0,
                                                    const typename AccOf<T>::type* __restrict__ p1, T* o0, T* o1,
@@ -806,6 +837,7 @@ __global__ void __launch_bounds__(1024) column_sum(const typename AccOf<T>::type
   typedef typename AccOf<T>::type A;
   static_assert(TW == 32 || (Y == 32 && CW == 1), "narrow column tiles: 32 x 32 blocks, one column a thread");
   constexpr int RW = 32 / TW, R = Y * RW;  // rows a warp's load covers; row sums a column
+  wait_prerequisites();  // launched after_previous: the partial rows' kernel may still be running
   const A* p = blockIdx.y ? p1 : p0;
   T* o = blockIdx.y ? o1 : o0;
   if (p == nullptr) return;  // uniform over the block

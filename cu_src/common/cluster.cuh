@@ -1,6 +1,20 @@
 // Thread-block clusters (sm_90): the CTA's rank, a cluster-wide barrier, and loads from a peer CTA's
 // shared memory. On older targets these trap: the host launches clusters only on compute capability 9.0+.
+// Also programmatic dependent launch (sm_90; no-ops before it, and when the launch did not ask for it).
 #pragma once
+
+// The next kernel of the stream, launched after_previous (tma.py's launch), may start its blocks now.
+__device__ __forceinline__ void launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Waits until the previous kernel of the stream has ended and its writes are visible.
+__device__ __forceinline__ void wait_prerequisites() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ void cluster_sync_all() {
 #if __CUDA_ARCH__ >= 900

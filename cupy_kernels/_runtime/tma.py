@@ -3,7 +3,9 @@ through ctypes (CuPy does not wrap it), and `launch`, which passes them to a ker
 (`const __grid_constant__` on the device side) through cuLaunchKernel: CuPy's scalar arguments hold at
 most 64 bytes, a CUtensorMap is 128. Thread-block clusters: `launch(..., cluster=k)` goes through
 cuLaunchKernelEx with the cluster-dimension attribute, and `max_active_clusters` asks the driver how many
-such clusters fit on the chip at once."""
+such clusters fit on the chip at once. Programmatic dependent launch: `launch(..., after_previous=True)`
+lets the kernel's blocks start while the previous kernel of the stream ends (it must call
+wait_prerequisites(), rows.cuh, before reading that kernel's results)."""
 from __future__ import annotations
 
 import ctypes
@@ -79,16 +81,30 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
 
 
 _CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 _clusters = {}
 
 
-def _config(grid: int, block: int, shared_mem: int, stream: int, cluster: int):
-    """A CUlaunchConfig for a 1-D launch in clusters of `cluster` blocks along x (kept alive with its
-    attribute array: the caller holds the returned pair)."""
-    attr = (_LaunchAttribute * 1)()
-    attr[0].id = _CLUSTER_DIMENSION
-    attr[0].value[0], attr[0].value[1], attr[0].value[2] = cluster, 1, 1
-    cfg = _LaunchConfig(grid, 1, 1, block, 1, 1, shared_mem, ctypes.c_void_p(stream), attr, 1)
+def _dims(d) -> tuple[int, int, int]:
+    d = (d,) if isinstance(d, int) else tuple(d)
+    return d + (1,) * (3 - len(d))
+
+
+def _config(grid, block, shared_mem: int, stream: int, cluster: int, after_previous: bool = False):
+    """A CUlaunchConfig (grid / block: an int or up to 3 dimensions) in clusters of `cluster` blocks along x,
+    with after_previous a programmatic dependent launch (kept alive with its attribute array: the caller holds
+    the returned pair)."""
+    attr = (_LaunchAttribute * 2)()
+    k = 0
+    if cluster > 1:
+        attr[k].id = _CLUSTER_DIMENSION
+        attr[k].value[0], attr[k].value[1], attr[k].value[2] = cluster, 1, 1
+        k += 1
+    if after_previous:
+        attr[k].id = _PROGRAMMATIC_STREAM_SERIALIZATION
+        attr[k].value[0] = 1
+        k += 1
+    cfg = _LaunchConfig(*_dims(grid), *_dims(block), shared_mem, ctypes.c_void_p(stream), attr, k)
     return cfg, attr
 
 
@@ -110,25 +126,20 @@ def max_active_clusters(kernel, block: int, shared_mem: int, cluster: int) -> in
     return n
 
 
-def launch(kernel, grid: int, block: int, args, shared_mem: int = 0, cluster: int = 1) -> None:
+def launch(kernel, grid, block, args, shared_mem: int = 0, cluster: int = 1, after_previous: bool = False) -> None:
     """Launch a CuPy RawKernel on CuPy's current stream with `args` (CuPy arrays, NumPy scalars of the
-    kernel's parameter types, or bytes for structs passed by value) through cuLaunchKernel; cluster > 1:
-    through cuLaunchKernelEx in clusters of `cluster` blocks along x (grid a multiple of it)."""
+    kernel's parameter types, or bytes for structs passed by value); grid / block an int or up to 3
+    dimensions. cluster > 1: in clusters of `cluster` blocks along x (grid a multiple of it); after_previous:
+    a programmatic dependent launch (compute capability 9.0; see the module's docstring)."""
     import cupy
 
     params = [_param(a) for a in args]
     pointers = (ctypes.c_void_p * len(params))(*[ctypes.addressof(p) for p in params])
     stream = cupy.cuda.get_current_stream().ptr
-    if cluster > 1:
-        cfg, attr = _config(grid, block, shared_mem, stream, cluster)
-        rc = _libcuda("cuLaunchKernelEx")(ctypes.byref(cfg), ctypes.c_void_p(kernel.kernel.ptr), pointers,
-                                           ctypes.c_void_p(0))
-    else:
-        rc = _libcuda("cuLaunchKernel")(ctypes.c_void_p(kernel.kernel.ptr), ctypes.c_uint(grid), ctypes.c_uint(1),
-                                        ctypes.c_uint(1), ctypes.c_uint(block), ctypes.c_uint(1), ctypes.c_uint(1),
-                                        ctypes.c_uint(shared_mem), ctypes.c_void_p(stream), pointers,
-                                        ctypes.c_void_p(0))
+    cfg, attr = _config(grid, block, shared_mem, stream, cluster, after_previous)
+    rc = _libcuda("cuLaunchKernelEx")(ctypes.byref(cfg), ctypes.c_void_p(kernel.kernel.ptr), pointers,
+                                       ctypes.c_void_p(0))
     if rc != 0:
-        raise RuntimeError(f"cuLaunchKernel{'Ex' if cluster > 1 else ''} failed with CUresult {rc} (grid {grid}, "
-                           f"block {block}, {shared_mem} bytes of shared memory"
-                           f"{f', clusters of {cluster}' if cluster > 1 else ''})")
+        raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {rc} (grid {grid}, block {block}, {shared_mem} bytes "
+                           f"of shared memory{f', clusters of {cluster}' if cluster > 1 else ''}"
+                           f"{', after the previous kernel' if after_previous else ''})")

@@ -25,7 +25,9 @@ def norm_suite(quick: bool):
             return ({"ladder: column sums in registers (norm_bwd, two packs, 512-thread blocks)": registers(fn)}
                     if dtype == "float32" and n >= N.SHARED_BWD["from_float32"] else {})
         one_pack = registers(switched(N.TWO_PACK_FROM, {m: 1 << 40 for m in N.TWO_PACK_FROM}, fn))
-        return {**({"ladder: column sums in shared memory, CTAs of up to 1024 threads (one or two a row)":
+        return {**({"ladder: one row a CTA (norm_bwd_shared without warp rows: a partial row from every small CTA)":
+                    switched(N.SHARED_BWD, {"warps_from": 1 << 40}, fn)} if n <= 128 * 8 else {}),
+                **({"ladder: column sums in shared memory, CTAs of up to 1024 threads (one or two a row)":
                     switched(N.SHARED_BWD, {"threads": 1024}, fn)} if n > 8192 else {}),
                 "ladder: column sums in registers, one pack per thread (1024-thread blocks, staged where alone "
                 "on an SM)": one_pack,
@@ -96,6 +98,9 @@ def norm_suite(quick: bool):
                              N.DB_BY_REDUCE, {"on": False},
                              lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm")))}
                         if n > 8192 and dtype in ("float16", "bfloat16") else {}),
+                     "ladder: column_sum launched plainly (not after_previous: a launch gap)": switched(
+                         N.COLUMN_SUM_AFTER, {"on": False},
+                         lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm")),
                      "ladder: dx only (no dweight / dbias partial rows, no column_sum)":
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", need_dw=False,
                                                     need_db=False),

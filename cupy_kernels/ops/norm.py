@@ -121,24 +121,43 @@ def _pipelined(dtype, mode, from_output):
 # Rows that fill every CTA's 2 packs a thread exactly (1024 / 8192 / 32768 half, 4096 / 16384 float32: every
 # issue shape) take the FULL instances, with no pack count or bounds test at run time: the loop body of the
 # layer bfloat16 cluster of 4 went from 688 to 490 instructions.
+# Aligned half-type rows from SHARED_BWD["warps_from"] up to 128 * V elements take the WARPS form: each warp its own
+# rows (up to 4 packs a lane, sums by shuffles alone), staged, in CTAs of "warps_threads" that fold their warps'
+# column sums into one partial row at the end (32768x1024: 264 partial rows instead of 2112 from 64-thread CTAs).
+# Measured against the forms before it (H200, us, with column_sum launched after_previous; staged / unstaged at
+# 256 threads): layer 32768x1024 f16 60.9 -> 53.6 / 54.0, 32768x768 bf16 65.7 -> 45.6 / 47.3, 65536x512 f16
+# 69.4 -> 60.3 / 62.3; rms 55.5 -> 52.6, 56.3 -> 41.8, 61.6 -> 56.7 (CTAs of 512 threads within 1-3%).
 # The switches are for the ladder, the probes and the tests.
 SHARED_BWD = {"on": True, "from": 1024, "from_float32": 4096, "threads": 512, "stage_threads": 512,
-              "dtypes": ("float16", "bfloat16", "float32"), "full": True}
+              "dtypes": ("float16", "bfloat16", "float32"), "full": True, "warps_from": 512, "warps_threads": 256}
 SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CL instances
 
 
-def _shared(dtype, mode, from_output, cl, stage=True, full=False):
-    tail = f", {str(stage).lower()}, true" if full else "" if stage else ", false"
+def _shared(dtype, mode, from_output, cl, stage=True, full=False, warps=False):
+    tail = (f", {str(stage).lower()}, {str(full).lower()}, true" if warps else
+            f", {str(stage).lower()}, true" if full else "" if stage else ", false")
     return f"norm_bwd_shared<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}{tail}>"
 
 
+def warps_plan(n: int, dtype: str, mode: str):
+    """(1, threads, packs, n, dynamic shared bytes, staged, full, True) of norm_bwd_shared's WARPS form, or None."""
+    V = rw.vec(dtype)
+    if rw.ITEMSIZE[dtype] != 2 or not SHARED_BWD["warps_from"] <= n <= 128 * V:
+        return None
+    threads, packs = SHARED_BWD["warps_threads"], ceil_div(ceil_div(n, V), 32)
+    sums = (2 if mode == "layer_norm" else 1) * V // 4
+    return 1, threads, packs, n, (sums + 3) * packs * threads * 16, True, n == 128 * V, True  # + weight, x, dy
+
+
 def shared_plan(n: int, dtype: str, mode: str, cc: int):
-    """(cluster CTAs, threads, packs, chunk, dynamic shared bytes, staged, full) of norm_bwd_shared for rows
-    of n elements, or None where it does not apply (another type, too short, or too long for this device)."""
+    """(cluster CTAs, threads, packs, chunk, dynamic shared bytes, staged, full, warps) of norm_bwd_shared for
+    rows of n elements, or None where it does not apply (another type, too short, or too long for this device)."""
     V = rw.vec(dtype)
     per_cta = SHARED_BWD["threads"] * 2 * V
     cl = next_pow2(ceil_div(n, per_cta))
     start = SHARED_BWD["from_float32" if dtype == "float32" else "from"]
+    if dtype in SHARED_BWD["dtypes"] and (warps := warps_plan(n, dtype, mode)):
+        return warps
     if dtype not in SHARED_BWD["dtypes"] or n < start or cl not in SHARED_CLUSTERS or (cl > 1 and cc < 90):
         return None
     chunk = ceil_div(ceil_div(n, cl), V) * V
@@ -148,7 +167,7 @@ def shared_plan(n: int, dtype: str, mode: str, cc: int):
     sums = (2 if mode == "layer_norm" else 1) * V // 4  # dweight (and dbias) float4 slots a pack per thread
     stage = cl > 1 or threads >= SHARED_BWD["stage_threads"]  # CTAs below: rows straight into registers
     full = SHARED_BWD["full"] and packs == 2 and chunk == 2 * V * threads and cl * chunk == n
-    return cl, threads, packs, chunk, (sums + 1 + 2 * stage) * packs * threads * 16, stage, full  # + weight, x, dy
+    return cl, threads, packs, chunk, (sums + 1 + 2 * stage) * packs * threads * 16, stage, full, False  # + weight, x, dy
 
 
 def _bwd_parts(dtype, mode, from_output):
@@ -165,6 +184,9 @@ def _colsum(dtype, cw=1, ys=32, tw=32):
 
 
 COLUMN_SUM_Y = (1, 8, 32)  # column_sum's Y instances
+# column_sum launched as a programmatic dependent of the kernel writing the partial rows (compute capability 9.0):
+# its blocks start as that kernel ends instead of after a launch gap. A switch for the probes.
+COLUMN_SUM_AFTER = {"on": True}
 
 
 def column_sum_shape(r: int, n: int, sm_count: int) -> tuple[int, int, int]:
@@ -197,6 +219,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_shared(t, m, f, 1, False) for t in ("float16", "bfloat16", "float32") for m in MODES for f in (0, 1)]
                + [_shared(t, m, f, cl, st, True) for t in ("float16", "bfloat16", "float32") for m in MODES
                   for f in (0, 1) for cl, st in ((1, False),) + tuple((c, True) for c in SHARED_CLUSTERS)]
+               + [_shared(t, m, f, 1, True, full, True) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
+                  for full in (False, True)]
                + [_bwd_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (0, 1)]
                + [_colsum(t, cw, y) for t in FLOAT_DTYPES for cw in (1, 4) for y in COLUMN_SUM_Y]
                + [_colsum(t, 1, 32, 8) for t in FLOAT_DTYPES])
@@ -366,11 +390,11 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                     rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n, np.int64(p.chunk), np.int32(p.packs),
                     np.int32(p.parts), words), shared_mem=smem)
         elif shared:
-            cl, threads, spacks, chunk, smem, stage, full = shared
-            name = _shared(dtype, mode, from_output, cl, stage, full)
+            cl, threads, spacks, chunk, smem, stage, full, warps = shared
+            name = _shared(dtype, mode, from_output, cl, stage, full, warps)
             kernel = SOURCE.kernel(name)
             use_shared_memory(kernel, smem, name)
-            groups = min(rows, resident_blocks(kernel, threads, smem) if cl == 1 else
+            groups = min(ceil_div(rows, threads // 32) if warps else rows, resident_blocks(kernel, threads, smem) if cl == 1 else
                          max_active_clusters(kernel, threads, smem, cl))
             db_by_reduce, nrg = False, groups
             dw_part = call.empty((nrg, n), acc) if want_w else None
@@ -430,11 +454,10 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
         if rows and n:
             if want_w or (want_b and not db_by_reduce):
                 ys, cw, tw = column_sum_shape(nrg, n, current().sm_count)
-                SOURCE.kernel(_colsum(dtype, cw, ys, tw))(
-                    (ceil_div(n, tw * cw), 2), (32, ys),
-                    (rw.ptr(dw_part) if want_w else rw.ptr(db_part), rw.ptr(db_part) if want_w else np.uint64(0),
-                     rw.ptr(dw) if want_w else rw.ptr(db), rw.ptr(db) if want_w else np.uint64(0),
-                     np.int64(nrg), np.int64(n)))
+                launch(SOURCE.kernel(_colsum(dtype, cw, ys, tw)), (ceil_div(n, tw * cw), 2), (32, ys),
+                       (rw.ptr(dw_part) if want_w else rw.ptr(db_part), rw.ptr(db_part) if want_w else np.uint64(0),
+                        rw.ptr(dw) if want_w else rw.ptr(db), rw.ptr(db) if want_w else np.uint64(0),
+                        np.int64(nrg), np.int64(n)), after_previous=COLUMN_SUM_AFTER["on"] and current().cc >= 90)
         else:
             for a in (dw, db):
                 if a is not None:
