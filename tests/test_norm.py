@@ -388,19 +388,23 @@ def test_large_mean_is_stable(dtype):
 @pytest.mark.parametrize("dtype", ALL)
 def test_layer_norm_shifted_sums_fall_back_to_two_pass(dtype):
     """The one-reduction variance uses sums shifted by the row's first element; rows whose first element
-    is far from the mean (an outlier, a constant offset elsewhere) take the exact second pass."""
-    for n in (5, 300, 4097, 3 * fwd_threads(dtype) * rw.fwd_maxp(dtype) * rw.vec(dtype) + 5):
-        host = rng().standard_normal((6, n))
+    is far from the mean (an outlier, a constant offset elsewhere) take the exact second pass; also aligned
+    block rows (4096, 8192: the ROW_BLOCK instances), rows with an outlier every 128 elements (row 6) and with
+    steps every 128 (row 7)."""
+    for n in (5, 300, 4097, 4096, 8192, 3 * fwd_threads(dtype) * rw.fwd_maxp(dtype) * rw.vec(dtype) + 5):
+        host = rng().standard_normal((8, n))
         host[0, 0] = 1e3                      # outlier first: all of the variance in one element
         host[1, 1:] += 50.0                   # first element 50 standard deviations below the rest
         host[2, 0] = np.nan                   # NaN first: propagates
         host[3, n // 2] = np.inf              # inf elsewhere: NaN row like torch
+        host[6, ::128] = 1e3                  # every warp's first element (a multiple of 128) an outlier
+        host[7] += np.arange(n) // 128 * 10.0  # steps between the warps
         x = cupy_array(host, dtype)
         xv = rounded(host, dtype)
         y, mean, rstd = norm_forward_impl(x, None, None, 1e-5, "layer_norm")
         want = ref_forward(xv, None, None, 1e-5, "layer_norm")[0]
         got = to_f64(y)
-        for r in (0, 1, 4, 5):
+        for r in (0, 1, 4, 5, 6, 7):
             assert rel_err(got[r], want[r]) <= TOL[dtype], (n, r)
         assert np.isnan(got[2]).all() and np.isnan(got[3]).all(), n
 
