@@ -646,7 +646,7 @@ __global__ void __launch_bounds__(WARPS ? 512 : 1024, 1) norm_bwd_shared(const T
   if (STAGE) stage_first_pair<T, MAXP>(sa, sb, src, dy, row * n + begin, row < rows, L);
   // From x, the row's statistics are loaded one row ahead (a dependent L2 trip before the first pass
   // otherwise); from the output (bias packs, divisions) that register spilled.
-  constexpr bool AHEAD = !FROM_OUTPUT || WARPS;  // (warp rows: 128 registers)
+  constexpr bool AHEAD = !FROM_OUTPUT;
   A rstd_next = AHEAD && row < rows ? rstd_in[row] : A(0), mean_next = USES_MEAN && row < rows ? mean_in[row] : A(0);
   int set = 0;
   for (; row < rows; row += groups, set ^= 1) {

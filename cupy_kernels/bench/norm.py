@@ -29,6 +29,8 @@ def norm_suite(quick: bool):
                     switched(N.SHARED_BWD, {"warps_from": 1 << 40}, fn)} if n <= 128 * 8 else {}),
                 **({"ladder: column sums in shared memory, CTAs of up to 1024 threads (one or two a row)":
                     switched(N.SHARED_BWD, {"threads": 1024}, fn)} if n > 8192 else {}),
+                **({"ladder: clusters of 4 CTAs of 512 threads (not 8 of 256)":
+                    switched(N.SHARED_BWD, {"cl8_threads": 0}, fn)} if n > 16384 else {}),
                 "ladder: column sums in registers, one pack per thread (1024-thread blocks, staged where alone "
                 "on an SM)": one_pack,
                 "ladder: column sums in registers, two packs per thread (512-thread blocks, spills accumulators)":

@@ -127,10 +127,14 @@ def _pipelined(dtype, mode, from_output):
 # Measured against the forms before it (H200, us, with column_sum launched after_previous; staged / unstaged at
 # 256 threads): layer 32768x1024 f16 60.9 -> 53.6 / 54.0, 32768x768 bf16 65.7 -> 45.6 / 47.3, 65536x512 f16
 # 69.4 -> 60.3 / 62.3; rms 55.5 -> 52.6, 56.3 -> 41.8, 61.6 -> 56.7 (CTAs of 512 threads within 1-3%).
+# Half-type rows that would take a cluster of 4 CTAs of "threads" take 8 CTAs of "cl8_threads" (four an SM
+# instead of two): 1024x32768 bf16 layer 86.1 -> 83.8 us, rms 72.0 -> 70.5; but one-CTA rows in 256-thread CTAs
+# (clusters of 2) were slower (8192² bf16 layer 118.6 -> 140.3 us, 4096² f32 53.7 -> 56.2).
 # The switches are for the ladder, the probes and the tests.
 SHARED_BWD = {"on": True, "from": 1024, "from_float32": 4096, "threads": 512, "stage_threads": 512,
-              "dtypes": ("float16", "bfloat16", "float32"), "full": True, "warps_from": 512, "warps_threads": 256}
-SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CL instances
+              "dtypes": ("float16", "bfloat16", "float32"), "full": True, "warps_from": 512, "warps_threads": 256,
+              "cl8_threads": 256}
+SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CL instances at SHARED_BWD["threads"] (and CL 8: cl8_threads)
 
 
 def _shared(dtype, mode, from_output, cl, stage=True, full=False, warps=False):
@@ -153,16 +157,19 @@ def shared_plan(n: int, dtype: str, mode: str, cc: int):
     """(cluster CTAs, threads, packs, chunk, dynamic shared bytes, staged, full, warps) of norm_bwd_shared for
     rows of n elements, or None where it does not apply (another type, too short, or too long for this device)."""
     V = rw.vec(dtype)
-    per_cta = SHARED_BWD["threads"] * 2 * V
-    cl = next_pow2(ceil_div(n, per_cta))
+    cap = SHARED_BWD["threads"]
+    cl = next_pow2(ceil_div(n, cap * 2 * V))
+    if cl == 4 and rw.ITEMSIZE[dtype] == 2 and (t8 := SHARED_BWD["cl8_threads"]) and n <= 8 * t8 * 2 * V:
+        cap, cl = t8, 8
     start = SHARED_BWD["from_float32" if dtype == "float32" else "from"]
     if dtype in SHARED_BWD["dtypes"] and (warps := warps_plan(n, dtype, mode)):
         return warps
-    if dtype not in SHARED_BWD["dtypes"] or n < start or cl not in SHARED_CLUSTERS or (cl > 1 and cc < 90):
+    if (dtype not in SHARED_BWD["dtypes"] or n < start or (cl not in SHARED_CLUSTERS and cap == SHARED_BWD["threads"])
+            or (cl > 1 and cc < 90)):
         return None
     chunk = ceil_div(ceil_div(n, cl), V) * V
     P = chunk // V
-    threads = min(SHARED_BWD["threads"], ceil_div(ceil_div(P, 2), 32) * 32)
+    threads = min(cap, ceil_div(ceil_div(P, 2), 32) * 32)
     packs = ceil_div(P, threads)
     sums = (2 if mode == "layer_norm" else 1) * V // 4  # dweight (and dbias) float4 slots a pack per thread
     stage = cl > 1 or threads >= SHARED_BWD["stage_threads"]  # CTAs below: rows straight into registers
@@ -216,6 +223,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_pipelined(t, m, f) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)]
                + [_shared(t, m, f, cl) for t in ("float16", "bfloat16", "float32") for m in MODES for f in (0, 1)
                   for cl in SHARED_CLUSTERS]
+               + [_shared(t, m, f, 8, True, full) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
+                  for full in (False, True)]
                + [_shared(t, m, f, 1, False) for t in ("float16", "bfloat16", "float32") for m in MODES for f in (0, 1)]
                + [_shared(t, m, f, cl, st, True) for t in ("float16", "bfloat16", "float32") for m in MODES
                   for f in (0, 1) for cl, st in ((1, False),) + tuple((c, True) for c in SHARED_CLUSTERS)]

@@ -1,10 +1,12 @@
-"""Device probe (issue 4): norm backward of short half rows with norm_bwd_shared's WARPS form (each warp its own
-rows, one partial row a CTA) against the forms before it (norm_bwd_shared's one-row CTAs from 1024 elements,
-norm_bwd's one-pack form below), staged and not, in CTAs of 512 / 256 threads; each variant also checked
-against a float64 reference (max |error| of dx, dweight, dbias over their max |value|); and column_sum launched
-after the kernel writing the partial rows (programmatic dependent launch) or plainly.
-Usage: python3 scripts/probe_warp_rows.py [shape indices, e.g. 0,3]"""
-import sys
+"""Device probe (issue 4): forms of the norm backward against each other, same process, each also checked against
+a float64 reference (max |error| of dx, dweight, dbias over their max |value|).
+--set warps (session 10): norm_bwd_shared's WARPS form (each warp its own half rows, one partial row a CTA) against
+the forms before it (one-row CTAs from 1024 elements, norm_bwd's one-pack form below), staged and not, in CTAs
+of 512 / 256 threads; and column_sum launched after the partial rows' kernel (programmatic dependent launch) or
+plainly. --set ctas: norm_bwd_shared's one-CTA and cluster rows in CTAs of up to 512 / 256 threads (256: rows of
+8192 half elements in clusters of 2, 32768 in clusters of 8).
+Usage: python3 scripts/probe_norm_bwd_forms.py [--set warps|ctas] [--shapes 0,3]"""
+import argparse
 
 import torch
 
@@ -16,14 +18,17 @@ SHAPES = [((32768, 1024), torch.float16), ((32768, 1024), torch.bfloat16), ((163
           ((32768, 768), torch.bfloat16), ((65536, 512), torch.float16), ((65536, 128), torch.float32),
           ((4096, 4096), torch.float32), ((8192, 8192), torch.bfloat16), ((1024, 32768), torch.bfloat16),
           ((256, 262144), torch.float32)]
-if len(sys.argv) > 1:
-    SHAPES = [SHAPES[int(i)] for i in sys.argv[1].split(",")]
-VARIANTS = {"before": {"warps_from": 1 << 40, "after": False},
-            "plain colsum": {"after": False},
-            "warps512 staged": {"warps_from": 0, "warps_threads": 512, "warps_stage": True},
-            "warps512 unstaged": {"warps_from": 0, "warps_threads": 512, "warps_stage": False},
-            "warps256 staged": {"warps_from": 0, "warps_threads": 256, "warps_stage": True},
-            "warps256 unstaged": {"warps_from": 0, "warps_threads": 256, "warps_stage": False}}
+ap = argparse.ArgumentParser()
+ap.add_argument("--set", default="warps", choices=("warps", "ctas"))
+ap.add_argument("--shapes", default="")
+args = ap.parse_args()
+if args.shapes:
+    SHAPES = [SHAPES[int(i)] for i in args.shapes.split(",")]
+VARIANTS = ({"before": {"warps_from": 1 << 40, "after": False},
+             "plain colsum": {"after": False},
+             "warps512": {"warps_from": 0, "warps_threads": 512},
+             "warps256": {"warps_from": 0, "warps_threads": 256}} if args.set == "warps" else
+            {"ctas512": {"threads": 512}, "ctas256": {"threads": 256}})
 SAVED = dict(N.SHARED_BWD)
 
 timer = Timer()
@@ -56,7 +61,8 @@ for shape, dtype in SHAPES:
         _, mean, rstd = N.norm_forward_impl(xc, wc, bias, 1e-5 if mode == "layer_norm" else 1e-6, mode)
         ref = reference(x, dy, w, b, mode)
         line = []
-        vs = list(VARIANTS.items()) if n <= 1024 else [("plain colsum", {"after": False}), ("default", {})]
+        vs = (list(VARIANTS.items()) if n <= 1024 or args.set == "ctas" else
+              [("plain colsum", {"after": False}), ("default", {})])
         for name, sw in vs + vs[::-1]:
             N.SHARED_BWD.update(SAVED, **{k: v for k, v in sw.items() if k != "after"})
             N.COLUMN_SUM_AFTER["on"] = sw.get("after", True)
