@@ -588,15 +588,15 @@ __device__ __forceinline__ void store_sums(float4* acc, int s0, const float (&a)
   for (int h = 0; h < Q; ++h) acc[s0 + h * blockDim.x] = make_float4(a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3]);
 }
 
-// The backward of aligned float / half rows from 1024 elements (the host's SHARED_BWD): a row over a cluster
-// of CL CTAs (CL = 1: one block; CL = 2 or 4: sm_90 clusters, the row's sums exchanged through distributed
+// The backward of aligned float / half rows from 512 / 1024 elements (the host's SHARED_BWD): a row over a cluster
+// of CL CTAs (CL = 1: one block; CL = 2, 4 or 8: sm_90 clusters, the row's sums exchanged through distributed
 // shared memory instead of global memory), 2 packs of x and dy per thread, and the dweight / dbias column sums
 // in shared memory instead of registers (half types: twice norm_bwd_pipelined's elements a thread, no spills).
 // Per row: one barrier (the cluster's when CL > 1) between the warps' partial sums and their total, which
 // every warp adds up itself in CTA-rank order (the same total in every CTA: deterministic).
 // Launch: grid = CL * row groups (resident), clusters of CL along x, blockDim.x <= 1024 threads (a multiple of
 // 32); CTA rank r of cluster c takes columns [r * chunk, min(n, (r + 1) * chunk)) of rows c, c + groups, ...,
-// packs <= 2 per thread (chunk <= 2 * V * blockDim.x), aligned rows. Dynamic shared memory, in 16-byte slots:
+// packs <= 2 per thread (chunk <= 2 * V * blockDim.x; WARPS: 4, n <= 128 * V), aligned rows. Dynamic shared memory, in 16-byte slots:
 // Q = V / 4 per pack per thread of dweight sums (float4 [Q * p + h][thread]: conflict-free), as many of dbias
 // sums (layer), then the weight's packs and the next row's src and dy staged (packs * blockDim.x each).
 // Cluster c writes partial row c (column_sum adds them). FULL: every CTA's segment is 2 packs a thread (chunk =
