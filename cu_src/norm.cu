@@ -228,9 +228,15 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
   const float inv_len = 1.f / L.len;
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;
-  P wr[MAXP];  // the thread's weight packs, the same every row: loaded once (the bias reloads: registers)
+  // The thread's weight packs, the same every row: loaded once; float32's bias packs too (62 registers; a half
+  // type's spilled 124 bytes: its bias reloads a row, 32 KB a block from L2).
+  constexpr bool BIAS_REGS = MODE == LAYER && sizeof(T) == 4;
+  P wr[MAXP], br[MAXP];
 #pragma unroll
-  for (int p = 0; p < MAXP; ++p) wr[p] = column_pack<T>(wb, p, L, 1.f);
+  for (int p = 0; p < MAXP; ++p) {
+    wr[p] = column_pack<T>(wb, p, L, 1.f);
+    if (BIAS_REGS) br[p] = column_pack<T>(bb, p, L, 0.f);
+  }
   const T* const src[1] = {x};
   auto reduce = [&](long long row, const P* set) {
     float mine[K];
@@ -258,7 +264,7 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
-        const P v = own_slot<MAXP>(set, 0, p), bp = column_pack<T>(bb, p, L, 0.f);
+        const P v = own_slot<MAXP>(set, 0, p), bp = BIAS_REGS ? br[p] : column_pack<T>(bb, p, L, 0.f);
         P o;
         auto out = [&](int e) -> float { return norm_out<MODE, T>(v, wr[p], bp, e, mean, rstd); };
 #pragma unroll
