@@ -359,6 +359,30 @@ def test_backward_shared_warp_rows(mode):
 
 
 @gpu
+def test_backward_in_a_cuda_graph():
+    """A norm backward captured in a CUDA graph and replayed (on sm_90 column_sum is a programmatic dependent
+    launch: a programmatic edge in the graph) gives the eager call's bits: warp rows, a one-CTA row, a cluster."""
+    import torch
+
+    from cupy_kernels.ops import norm as N
+
+    for rows, n in ((300, 1024), (70, 8192), (20, 32768)):
+        x = torch.randn(rows, n, device="cuda", dtype=torch.float16)
+        dy = torch.randn_like(x)
+        w = torch.rand(n, device="cuda", dtype=torch.float16) + 0.5
+        b = torch.randn(n, device="cuda", dtype=torch.float16)
+        _, mean, rstd = N.norm_forward_impl(x, w, b, 1e-5, "layer_norm")
+        eager = N.norm_backward_impl(dy, x, w, b, mean, rstd, "layer_norm")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = N.norm_backward_impl(dy, x, w, b, mean, rstd, "layer_norm")
+        graph.replay()
+        torch.cuda.synchronize()
+        for got, want in zip(out, eager):
+            assert torch.equal(got, want), (rows, n)
+
+
+@gpu
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_shared_float32(mode):
     """norm_bwd_shared's float32 instances, also on rows shorter than it takes by default: one CTA and
