@@ -602,15 +602,16 @@ __device__ __forceinline__ void store_sums(float4* acc, int s0, const float (&a)
 // every warp adds up itself in CTA-rank order (the same total in every CTA: deterministic).
 // Launch: grid = CL * row groups (resident), clusters of CL along x, blockDim.x <= 1024 threads (a multiple of
 // 32); CTA rank r of cluster c takes columns [r * chunk, min(n, (r + 1) * chunk)) of rows c, c + groups, ...,
-// packs <= 2 per thread (chunk <= 2 * V * blockDim.x; WARPS: 4, n <= 128 * V), aligned rows. Dynamic shared memory, in 16-byte slots:
-// Q = V / 4 per pack per thread of dweight sums (float4 [Q * p + h][thread]: conflict-free), as many of dbias
-// sums (layer), then the weight's packs and the next row's src and dy staged (packs * blockDim.x each).
+// packs <= 2 per thread (chunk <= 2 * V * blockDim.x; WARPS: 4, n <= 128 * V), aligned rows. Dynamic shared
+// memory, in 16-byte slots: Q = V / 4 per pack per thread of dweight sums (float4 [Q * p + h][thread]:
+// conflict-free), as many of dbias sums (layer), then the weight's packs and the next row's src and dy staged
+// (packs * blockDim.x each).
 // Cluster c writes partial row c (column_sum adds them). FULL: every CTA's segment is 2 packs a thread (chunk =
 // 2 * V * blockDim.x = n / CL): no pack count or bounds test at run time.
 // WARPS (CL = 1, blockDim.x <= 512): each warp its own rows (warp w of CTA c: rows c * warps + w, stepping by
 // gridDim.x * warps), up to 4 packs a lane (n <= 128 * V), its sums by shuffles alone (no barrier a row); the
-// warps' column sums folded in warp order at the end, so a CTA of 16 warps writes one partial row, not 16
-// (32768x1024 f16: 132 partial rows instead of 2112 from 64-thread CTAs).
+// warps' column sums folded in warp order at the end, so a CTA of 8 warps writes one partial row, not 8
+// (32768x1024 f16 in 256-thread CTAs: 264 partial rows instead of 2112 from 64-thread one-row CTAs).
 template <typename T, int MODE, int FROM_OUTPUT, int CL, bool STAGE = true, bool FULL = false, bool WARPS = false>
 __global__ void __launch_bounds__(WARPS ? 512 : 1024, 1) norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                           const T* __restrict__ w, const T* __restrict__ b,
