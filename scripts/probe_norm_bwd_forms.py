@@ -17,17 +17,18 @@ from cupy_kernels.ops import norm as N
 SHAPES = [((32768, 1024), torch.float16), ((32768, 1024), torch.bfloat16), ((16384, 1024), torch.float16),
           ((32768, 768), torch.bfloat16), ((65536, 512), torch.float16), ((65536, 128), torch.float32),
           ((4096, 4096), torch.float32), ((8192, 8192), torch.bfloat16), ((1024, 32768), torch.bfloat16),
-          ((256, 262144), torch.float32)]
+          ((256, 262144), torch.float32), ((65536, 512), torch.float32), ((65536, 384), torch.float32),
+          ((131072, 256), torch.float32)]
 ap = argparse.ArgumentParser()
 ap.add_argument("--set", default="warps", choices=("warps", "ctas"))
 ap.add_argument("--shapes", default="")
 args = ap.parse_args()
 if args.shapes:
     SHAPES = [SHAPES[int(i)] for i in args.shapes.split(",")]
-VARIANTS = ({"before": {"warps_from": 1 << 40, "after": False},
+VARIANTS = ({"before": {"warps_from": 1 << 40, "warps_from_float32": 1 << 40, "after": False},
              "plain colsum": {"after": False},
-             "warps512": {"warps_from": 0, "warps_threads": 512},
-             "warps256": {"warps_from": 0, "warps_threads": 256}} if args.set == "warps" else
+             "warps512": {"warps_from": 0, "warps_from_float32": 0, "warps_threads": 512},
+             "warps256": {"warps_from": 0, "warps_from_float32": 0, "warps_threads": 256}} if args.set == "warps" else
             {"ctas512": {"threads": 512}, "ctas256": {"threads": 256}})
 SAVED = dict(N.SHARED_BWD)
 
@@ -61,7 +62,7 @@ for shape, dtype in SHAPES:
         _, mean, rstd = N.norm_forward_impl(xc, wc, bias, 1e-5 if mode == "layer_norm" else 1e-6, mode)
         ref = reference(x, dy, w, b, mode)
         line = []
-        vs = (list(VARIANTS.items()) if n <= 1024 or args.set == "ctas" else
+        vs = (list(VARIANTS.items()) if n <= 128 * (16 // x.element_size()) or args.set == "ctas" else
               [("plain colsum", {"after": False}), ("default", {})])
         for name, sw in vs + vs[::-1]:
             N.SHARED_BWD.update(SAVED, **{k: v for k, v in sw.items() if k != "after"})

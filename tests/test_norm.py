@@ -339,7 +339,7 @@ def test_backward_staged_rows(mode):
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_shared_warp_rows(mode):
     """norm_bwd_shared's WARPS form (each warp its own rows, the warps' column sums folded at the end) on every
-    half-type length it takes when allowed from 0: 4 packs a lane (1024, FULL) and fewer or partial ones, rows
+    half-type and float32 length it takes when allowed from 0: 4 packs a lane (1024, FULL) and fewer or partial ones, rows
     not a multiple of the warps (warps with no row), CTAs of 512 and 256 threads, from x and from the output;
     column_sum launched after the partial rows' kernel (programmatic dependent launch) and plainly."""
     from cupy_kernels.ops import norm as N
@@ -347,10 +347,11 @@ def test_backward_shared_warp_rows(mode):
     saved = dict(N.SHARED_BWD)
     try:
         for dtype, n, rows in (("float16", 1024, 301), ("bfloat16", 1024, 4000), ("bfloat16", 1016, 77),
-                               ("float16", 776, 19), ("bfloat16", 264, 1), ("float16", 8, 50)):
+                               ("float16", 776, 19), ("bfloat16", 264, 1), ("float16", 8, 50), ("float32", 512, 301),
+                               ("float32", 388, 77), ("float32", 4, 9)):
             c = backward_case(rows, n, dtype, mode)
             for threads, after in ((512, True), (256, True), (256, False)):
-                N.SHARED_BWD.update(warps_from=0, warps_threads=threads)
+                N.SHARED_BWD.update(warps_from=0, warps_from_float32=0, warps_threads=threads)
                 N.COLUMN_SUM_AFTER["on"] = after
                 check_backward_from_x_and_y(c, dtype, mode, (dtype, n, rows, threads, after))
     finally:

@@ -121,19 +121,22 @@ def _pipelined(dtype, mode, from_output):
 # Rows that fill every CTA's 2 packs a thread exactly (1024 / 8192 / 32768 half, 4096 / 16384 float32: every
 # issue shape) take the FULL instances, with no pack count or bounds test at run time: the loop body of the
 # layer bfloat16 cluster of 4 went from 688 to 490 instructions.
-# Aligned half-type rows from SHARED_BWD["warps_from"] up to 128 * V elements take the WARPS form: each warp its own
-# rows (up to 4 packs a lane, sums by shuffles alone), staged, in CTAs of "warps_threads" that fold their warps'
-# column sums into one partial row at the end (32768x1024: 264 partial rows instead of 2112 from 64-thread CTAs).
+# Aligned half-type rows from SHARED_BWD["warps_from"] up to 128 * V elements (float32: "warps_from_float32") take
+# the WARPS form: each warp its own rows (up to 4 packs a lane, sums by shuffles alone), staged, in CTAs of
+# "warps_threads" that fold their warps' column sums into one partial row at the end (32768x1024: 264 partial rows
+# instead of 2112 from 64-thread CTAs).
 # Measured against the forms before it (H200, us, with column_sum launched after_previous; staged / unstaged at
 # 256 threads): layer 32768x1024 f16 60.9 -> 53.6 / 54.0, 32768x768 bf16 65.7 -> 45.6 / 47.3, 65536x512 f16
-# 69.4 -> 60.3 / 62.3; rms 55.5 -> 52.6, 56.3 -> 41.8, 61.6 -> 56.7 (CTAs of 512 threads within 1-3%).
+# 69.4 -> 60.3 / 62.3; rms 55.5 -> 52.6, 56.3 -> 41.8, 61.6 -> 56.7 (CTAs of 512 threads within 1-3%). float32 rows
+# from "warps_from_float32" to 512 too (were norm_bwd's one-row blocks of 64 threads): 65536x512 layer 107.6 -> 100.3,
+# 65536x384 83.9 -> 76.8; rms 106.7 -> 99.2, 82.0 -> 76.4; but 131072x256 (a sub-warp group of 32) 103.9 -> 108.8.
 # Half-type rows that would take a cluster of 4 CTAs of "threads" take 8 CTAs of "cl8_threads" (four an SM
 # instead of two): 1024x32768 bf16 layer 86.1 -> 83.8 us, rms 72.0 -> 70.5; but one-CTA rows in 256-thread CTAs
 # (clusters of 2) were slower (8192² bf16 layer 118.6 -> 140.3 us, 4096² f32 53.7 -> 56.2).
 # The switches are for the ladder, the probes and the tests.
 SHARED_BWD = {"on": True, "from": 1024, "from_float32": 4096, "threads": 512, "stage_threads": 512,
-              "dtypes": ("float16", "bfloat16", "float32"), "full": True, "warps_from": 512, "warps_threads": 256,
-              "cl8_threads": 256}
+              "dtypes": ("float16", "bfloat16", "float32"), "full": True, "warps_from": 512, "warps_from_float32": 257,
+              "warps_threads": 256, "cl8_threads": 256}
 SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CL instances at SHARED_BWD["threads"] (and CL 8: cl8_threads)
 
 
@@ -146,7 +149,8 @@ def _shared(dtype, mode, from_output, cl, stage=True, full=False, warps=False):
 def warps_plan(n: int, dtype: str, mode: str):
     """(1, threads, packs, n, dynamic shared bytes, staged, full, True) of norm_bwd_shared's WARPS form, or None."""
     V = rw.vec(dtype)
-    if rw.ITEMSIZE[dtype] != 2 or not SHARED_BWD["warps_from"] <= n <= 128 * V:
+    start = SHARED_BWD["warps_from" if rw.ITEMSIZE[dtype] == 2 else "warps_from_float32"]
+    if dtype not in ("float16", "bfloat16", "float32") or not start <= n <= 128 * V:
         return None
     threads, packs = SHARED_BWD["warps_threads"], ceil_div(ceil_div(n, V), 32)
     sums = (2 if mode == "layer_norm" else 1) * V // 4
@@ -228,8 +232,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_shared(t, m, f, 1, False) for t in ("float16", "bfloat16", "float32") for m in MODES for f in (0, 1)]
                + [_shared(t, m, f, cl, st, True) for t in ("float16", "bfloat16", "float32") for m in MODES
                   for f in (0, 1) for cl, st in ((1, False),) + tuple((c, True) for c in SHARED_CLUSTERS)]
-               + [_shared(t, m, f, 1, True, full, True) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
-                  for full in (False, True)]
+               + [_shared(t, m, f, 1, True, full, True) for t in ("float16", "bfloat16", "float32") for m in MODES
+                  for f in (0, 1) for full in (False, True)]
                + [_bwd_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (0, 1)]
                + [_colsum(t, cw, y) for t in FLOAT_DTYPES for cw in (1, 4) for y in COLUMN_SUM_Y]
                + [_colsum(t, 1, 32, 8) for t in FLOAT_DTYPES])
