@@ -5,7 +5,7 @@ most 64 bytes, a CUtensorMap is 128. Thread-block clusters: `launch(..., cluster
 cuLaunchKernelEx with the cluster-dimension attribute, and `max_active_clusters` asks the driver how many
 such clusters fit on the chip at once. Programmatic dependent launch: `launch(..., after_previous=True)`
 lets the kernel's blocks start while the previous kernel of the stream ends (it must call
-wait_prerequisites(), rows.cuh, before reading that kernel's results)."""
+wait_prerequisites(), common/cluster.cuh, before reading that kernel's results)."""
 from __future__ import annotations
 
 import ctypes

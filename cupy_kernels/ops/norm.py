@@ -146,39 +146,34 @@ def _shared(dtype, mode, from_output, cl, stage=True, full=False, warps=False):
     return f"norm_bwd_shared<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}{tail}>"
 
 
-def warps_plan(n: int, dtype: str, mode: str):
-    """(1, threads, packs, n, dynamic shared bytes, staged, full, True) of norm_bwd_shared's WARPS form, or None."""
-    V = rw.vec(dtype)
-    start = SHARED_BWD["warps_from" if rw.ITEMSIZE[dtype] == 2 else "warps_from_float32"]
-    if dtype not in ("float16", "bfloat16", "float32") or not start <= n <= 128 * V:
-        return None
-    threads, packs = SHARED_BWD["warps_threads"], ceil_div(ceil_div(n, V), 32)
-    sums = (2 if mode == "layer_norm" else 1) * V // 4
-    return 1, threads, packs, n, (sums + 3) * packs * threads * 16, True, n == 128 * V, True  # + weight, x, dy
-
-
 def shared_plan(n: int, dtype: str, mode: str, cc: int):
     """(cluster CTAs, threads, packs, chunk, dynamic shared bytes, staged, full, warps) of norm_bwd_shared for
     rows of n elements, or None where it does not apply (another type, too short, or too long for this device)."""
+    if dtype not in SHARED_BWD["dtypes"]:
+        return None
     V = rw.vec(dtype)
+    sums = (2 if mode == "layer_norm" else 1) * V // 4  # dweight (and dbias) float4 slots a pack per thread
+
+    def smem(packs, threads, stage):  # the sums, the weight's packs, the next row's x and dy
+        return (sums + 1 + 2 * stage) * packs * threads * 16
+
+    if SHARED_BWD["warps_from" if rw.ITEMSIZE[dtype] == 2 else "warps_from_float32"] <= n <= 128 * V:  # WARPS
+        threads, packs = SHARED_BWD["warps_threads"], ceil_div(ceil_div(n, V), 32)
+        return 1, threads, packs, n, smem(packs, threads, True), True, n == 128 * V, True
     cap = SHARED_BWD["threads"]
     cl = next_pow2(ceil_div(n, cap * 2 * V))
     if cl == 4 and rw.ITEMSIZE[dtype] == 2 and (t8 := SHARED_BWD["cl8_threads"]) and n <= 8 * t8 * 2 * V:
         cap, cl = t8, 8
     start = SHARED_BWD["from_float32" if dtype == "float32" else "from"]
-    if dtype in SHARED_BWD["dtypes"] and (warps := warps_plan(n, dtype, mode)):
-        return warps
-    if (dtype not in SHARED_BWD["dtypes"] or n < start or (cl not in SHARED_CLUSTERS and cap == SHARED_BWD["threads"])
-            or (cl > 1 and cc < 90)):
+    if n < start or (cl not in SHARED_CLUSTERS and cap == SHARED_BWD["threads"]) or (cl > 1 and cc < 90):
         return None
     chunk = ceil_div(ceil_div(n, cl), V) * V
     P = chunk // V
     threads = min(cap, ceil_div(ceil_div(P, 2), 32) * 32)
     packs = ceil_div(P, threads)
-    sums = (2 if mode == "layer_norm" else 1) * V // 4  # dweight (and dbias) float4 slots a pack per thread
     stage = cl > 1 or threads >= SHARED_BWD["stage_threads"]  # CTAs below: rows straight into registers
     full = SHARED_BWD["full"] and packs == 2 and chunk == 2 * V * threads and cl * chunk == n
-    return cl, threads, packs, chunk, (sums + 1 + 2 * stage) * packs * threads * 16, stage, full, False  # + weight, x, dy
+    return cl, threads, packs, chunk, smem(packs, threads, stage), stage, full, False
 
 
 def _bwd_parts(dtype, mode, from_output):
@@ -407,8 +402,9 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
             name = _shared(dtype, mode, from_output, cl, stage, full, warps)
             kernel = SOURCE.kernel(name)
             use_shared_memory(kernel, smem, name)
-            groups = min(ceil_div(rows, threads // 32) if warps else rows, resident_blocks(kernel, threads, smem) if cl == 1 else
-                         max_active_clusters(kernel, threads, smem, cl))
+            resident = (resident_blocks(kernel, threads, smem) if cl == 1 else
+                        max_active_clusters(kernel, threads, smem, cl))
+            groups = min(ceil_div(rows, threads // 32) if warps else rows, resident)  # warp rows: a row a warp
             db_by_reduce, nrg = False, groups
             dw_part = call.empty((nrg, n), acc) if want_w else None
             db_part = call.empty((nrg, n), acc) if want_b else None
