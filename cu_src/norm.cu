@@ -43,10 +43,17 @@ __device__ __forceinline__ void combine_norm_parts(const A* sl, int parts, long 
 }
 
 // Output element e of a pack from x: (x - mean) * rstd * w + b (layer), x * rstd * w (rms: mean 0).
+// A half type's layer output takes x * rstd + shift, shift = -mean * rstd (the row's, from norm_shift):
+// one FMA instead of a subtraction and a product. Its rounding, ~2^-24 * |mean| / std, stays far below
+// a half type's; float32 keeps the subtraction (exact where |mean| >> std).
+template <int MODE, typename T, typename A>
+__device__ __forceinline__ A norm_shift(A mean, A rstd) {
+  return -mean * rstd;
+}
 template <int MODE, typename T, typename A>
 __device__ __forceinline__ A norm_out(const typename Vec16<T>::type& xp, const typename Vec16<T>::type& wp,
-                                      const typename Vec16<T>::type& bp, int e, A mean, A rstd) {
-  const A xh = (elem<A>(xp, e) - mean) * rstd;
+                                      const typename Vec16<T>::type& bp, int e, A mean, A rstd, A shift) {
+  const A xh = MODE == LAYER && sizeof(T) == 2 ? elem<A>(xp, e) * rstd + shift : (elem<A>(xp, e) - mean) * rstd;
   return MODE == LAYER ? xh * elem<A>(wp, e) + elem<A>(bp, e) : xh * elem<A>(wp, e);
 }
 
@@ -179,12 +186,13 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
     }
     opaque<T, MAXP>(r);
     T* yr = y + row * n + begin;
+    const A shift = norm_shift<MODE, T>(mean, rstd);
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
         const P wp = column_pack<T>(wb, p, L, 1.f), bp = column_pack<T>(bb, p, L, 0.f);
         P o;
-        auto out = [&](int e) -> A { return norm_out<MODE, T>(r[p], wp, bp, e, mean, rstd); };
+        auto out = [&](int e) -> A { return norm_out<MODE, T>(r[p], wp, bp, e, mean, rstd, shift); };
 #pragma unroll
         for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
         store_pack<T>(yr, o, p, L);
@@ -261,12 +269,13 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
       if (rstd_out) rstd_out[row] = rstd;
     }
     T* yr = y + row * n + begin;
+    const float shift = norm_shift<MODE, T>(mean, rstd);
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
         const P v = own_slot<MAXP>(set, 0, p), bp = BIAS_REGS ? br[p] : column_pack<T>(bb, p, L, 0.f);
         P o;
-        auto out = [&](int e) -> float { return norm_out<MODE, T>(v, wr[p], bp, e, mean, rstd); };
+        auto out = [&](int e) -> float { return norm_out<MODE, T>(v, wr[p], bp, e, mean, rstd, shift); };
 #pragma unroll
         for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
         store_pack<T>(yr, o, p, L);

@@ -400,13 +400,21 @@ def test_backward_shared_float32(mode):
 
 
 @gpu
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ALL)
 def test_large_mean_is_stable(dtype):
-    """Two-pass variance (and the Chan combination across blocks): an offset of 1e4 costs nothing."""
-    for n in (300, 5000, 3 * fwd_threads(dtype) * rw.fwd_maxp(dtype) * rw.vec(dtype) + 5):
-        x, xv = make((4, n), dtype, 1.0, 1e4)
+    """Two-pass variance (and the Chan combination across blocks): an offset of 1e4 costs nothing (1e3 for the
+    half types, whose output takes x * rstd - mean * rstd), with and without the affine."""
+    half = dtype in ("float16", "bfloat16")
+    tol = TOL[dtype] if half else 5e-3 if dtype == "float32" else 1e-9
+    # the last: aligned, a staged 1024-thread row (half types) or pipelined parts (float32)
+    for n in (300, 5000, 3 * fwd_threads(dtype) * rw.fwd_maxp(dtype) * rw.vec(dtype) + 5,
+              8 * fwd_threads(dtype) * rw.fwd_maxp(dtype)):
+        x, xv = make((4, n), dtype, 1.0, 1e3 if half else 1e4)
         y, _, _ = norm_forward_impl(x, None, None, 1e-5, "layer_norm")
-        assert rel_err(y, ref_forward(xv, None, None, 1e-5, "layer_norm")[0]) <= (5e-3 if dtype == "float32" else 1e-9)
+        assert rel_err(y, ref_forward(xv, None, None, 1e-5, "layer_norm")[0]) <= tol, (dtype, n)
+        w, b, wv, bv = affine(n, dtype, "layer_norm")
+        y, _, _ = norm_forward_impl(x, w, b, 1e-5, "layer_norm")
+        assert rel_err(y, ref_forward(xv, wv, bv, 1e-5, "layer_norm")[0]) <= tol, (dtype, n, "affine")
 
 
 @gpu
