@@ -43,13 +43,9 @@ __device__ __forceinline__ void combine_norm_parts(const A* sl, int parts, long 
 }
 
 // Output element e of a pack from x: (x - mean) * rstd * w + b (layer), x * rstd * w (rms: mean 0).
-// A half type's layer output takes x * rstd + shift, shift = -mean * rstd (the row's, from norm_shift):
+// A half type's layer output takes x * rstd + shift, shift = -mean * rstd (computed once a row by the caller):
 // one FMA instead of a subtraction and a product. Its rounding, ~2^-24 * |mean| / std, stays far below
 // a half type's; float32 keeps the subtraction (exact where |mean| >> std).
-template <int MODE, typename T, typename A>
-__device__ __forceinline__ A norm_shift(A mean, A rstd) {
-  return -mean * rstd;
-}
 template <int MODE, typename T, typename A>
 __device__ __forceinline__ A norm_out(const typename Vec16<T>::type& xp, const typename Vec16<T>::type& wp,
                                       const typename Vec16<T>::type& bp, int e, A mean, A rstd, A shift) {
@@ -186,7 +182,7 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, 
     }
     opaque<T, MAXP>(r);
     T* yr = y + row * n + begin;
-    const A shift = norm_shift<MODE, T>(mean, rstd);
+    const A shift = -mean * rstd;  // norm_out's, for a half type's layer rows
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
@@ -269,7 +265,7 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
       if (rstd_out) rstd_out[row] = rstd;
     }
     T* yr = y + row * n + begin;
-    const float shift = norm_shift<MODE, T>(mean, rstd);
+    const float shift = -mean * rstd;  // norm_out's, for a half type's layer rows
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
