@@ -256,9 +256,9 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
     scratch.next_row();
     publish_tagged<K>(mine, words, row, part, parts);
   };
-  auto write = [&](long long row, const P* set) {
+  auto write = [&](long long row, const P* set, unsigned long long early) {
     float mean = 0.f, m2;
-    combine_norm_parts<MODE>(collect_tagged<K>(words, row, parts), parts, chunk, n, inv_n, mean, m2);
+    combine_norm_parts<MODE>(collect_tagged<K>(words, row, parts, early), parts, chunk, n, inv_n, mean, m2);
     const float rstd = acc_rsqrt<float>(m2 * inv_n + eps);
     if (part == 0 && threadIdx.x == 0) {
       if (mean_out) mean_out[row] = mean;
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
       }
     }
   };
-  pipelined_parts<T, MAXP, 1>(src, rows, n, begin, parts, L, reduce, write);
+  pipelined_parts<T, MAXP, 1, K, true>(src, rows, n, begin, parts, L, words, reduce, write);
 }
 
 // Backward. With FROM_OUTPUT = 0, src is the forward input x and mean / rstd the saved statistics
@@ -813,9 +813,9 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
     const float mine[2] = {c1, c2};
     publish_tagged<2>(mine, words, row, part, parts);
   };
-  auto write = [&](long long row, const P* set) {
+  auto write = [&](long long row, const P* set, unsigned long long early) {
     float c[2];
-    sum_parts<float, 2>(collect_tagged<2>(words, row, parts), parts, c);
+    sum_parts<float, 2>(collect_tagged<2>(words, row, parts, early), parts, c);
     const float mean = wq.x, rstd = wq.y;
     wq = cur;
     T* dxr = dx + row * n + begin;
@@ -827,7 +827,7 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
       store_pack<T>(dxr, o, p, L);
     });
   };
-  pipelined_parts<T, MAXP, 2>(src2, rows, n, begin, parts, L, reduce, write);
+  pipelined_parts<T, MAXP, 2, 2, false>(src2, rows, n, begin, parts, L, words, reduce, write);
   const long long rg = blockIdx.x / parts;
   if (dw_part) store_column_sums<T, MAXP>(dw_part + rg * n + begin, aw, L);
   if (DBS && db_part) store_column_sums<T, MAXP>(db_part + rg * n + begin, ab, L);

@@ -162,8 +162,8 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) softmax_fwd_parts(const
     const float mine[2] = {m, s};
     publish_tagged<2>(mine, words, row, part, parts);
   };
-  auto write = [&](long long row, const P* set) {
-    const float* got = collect_tagged<2>(words, row, parts);
+  auto write = [&](long long row, const P* set, unsigned long long early) {
+    const float* got = collect_tagged<2>(words, row, parts, early);
     const float m = warp_combine<MaxOp>(parts, [&](int q) { return got[2 * q]; });
     const float s = warp_combine<SumOp>(parts, [&](int q) {  // a part whose max is -inf adds nothing
       return got[2 * q] == lowest<float>() ? 0.f : got[2 * q + 1] * fast_exp<float>(got[2 * q] - m);
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) softmax_fwd_parts(const
       }
     }
   };
-  pipelined_parts<T, MAXP, 1>(src, rows, n, begin, parts, L, reduce, write);
+  pipelined_parts<T, MAXP, 1, 2, true>(src, rows, n, begin, parts, L, words, reduce, write);
 }
 
 // The backward's row sum c adds dy * y (softmax) or dy (log_softmax); dx = y * (dy - c) or dy - exp(y) * c.
@@ -296,9 +296,9 @@ __global__ void __launch_bounds__(512, 1) softmax_bwd_parts(const T* y, const T*
     scratch.next_row();
     publish_tagged<1>(mine, words, row, part, parts);
   };
-  auto write = [&](long long row, const P* set) {
+  auto write = [&](long long row, const P* set, unsigned long long early) {
     float cs[1];
-    sum_parts<float, 1>(collect_tagged<1>(words, row, parts), parts, cs);
+    sum_parts<float, 1>(collect_tagged<1>(words, row, parts, early), parts, cs);
     const float c = cs[0];
     T* dxr = dx + row * n + begin;
 #pragma unroll
@@ -313,5 +313,5 @@ __global__ void __launch_bounds__(512, 1) softmax_bwd_parts(const T* y, const T*
       }
     }
   };
-  pipelined_parts<T, MAXP, 2>(src, rows, n, begin, parts, L, reduce, write);
+  pipelined_parts<T, MAXP, 2, 1, false>(src, rows, n, begin, parts, L, words, reduce, write);
 }
