@@ -214,7 +214,8 @@ __device__ __forceinline__ float own_sum(const typename Vec16<T>::type* set, con
 // statistics are exact two-pass sums from shared memory (mean, then M2 around it).
 // Launch: grid = parts * row groups, every block resident; blocks of <= 512 threads; dynamic shared memory
 // of 3 * MAXP * blockDim.x 16-byte slots (as softmax_fwd_parts); n <= parts * packs * blockDim.x * V; aligned
-// rows, float accumulators (words: rows * parts * 2 zeroed 64-bit tagged slots). In place allowed (y == x).
+// rows, float accumulators (words: rows * parts * 2 tagged 64-bit slots,
+// zero before the first publish: zero_words). In place allowed (y == x).
 template <typename T, int MODE, int MAXP>
 __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T* x, T* y, const T* __restrict__ w,
                                                          const T* __restrict__ b, float* __restrict__ mean_out,
@@ -755,7 +756,8 @@ __global__ void __launch_bounds__(WARPS ? 512 : 1024, 1) norm_bwd_shared(const T
 // norm_bwd.
 // Launch: grid = parts * row groups, every block resident; blocks of <= 512 threads; dynamic shared memory
 // of 3 * 2 * MAXP * blockDim.x 16-byte slots (MAXP = RowPacks: 192 KB for float32 at 512, one block per SM);
-// n <= parts * packs * blockDim.x * V; aligned rows (words: rows * parts * 2 zeroed 64-bit tagged slots).
+// n <= parts * packs * blockDim.x * V; aligned rows (words: rows * parts * 2 tagged 64-bit slots, zero before
+// the first publish: zero_words).
 template <typename T, int MODE, int FROM_OUTPUT>
 __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                          const T* __restrict__ w, const T* __restrict__ b,

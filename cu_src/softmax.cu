@@ -130,8 +130,8 @@ __global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* 
 // write of y, and each row's exchange of partial statistics overlapped with the next row's reduction.
 // Launch: grid = parts * row groups, every block resident; blocks of <= 512 threads; dynamic shared memory
 // of 3 * MAXP * blockDim.x 16-byte slots (MAXP 4: 96 KB at 512, two blocks per SM; 8: 192 KB, one);
-// n <= parts * packs * blockDim.x * V; aligned rows, float accumulators (words: rows * parts * 2 zeroed
-// 64-bit tagged slots). In place allowed (y == x).
+// n <= parts * packs * blockDim.x * V; aligned rows, float accumulators (words: rows * parts * 2 tagged
+// 64-bit slots, zero before the first publish: zero_words). In place allowed (y == x).
 template <typename T, int MODE, int MAXP>
 __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) softmax_fwd_parts(const T* x, T* y, long long rows, long long n,
                                                             long long chunk, int packs, int parts,
@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
 // thread's packs of y and dy. Launch: grid = parts * row groups, every block resident; blocks of <= 512
 // threads; dynamic shared memory of 3 * 2 * MAXP * blockDim.x 16-byte slots (MAXP = RowPacks: 192 KB for
 // float32 at 512, one block per SM; 96 KB for a half type); n <= parts * packs * blockDim.x * V; aligned
-// rows (words: rows * parts zeroed 64-bit tagged slots). dx may be dy.
+// rows (words: rows * parts tagged 64-bit slots, zero before the first publish: zero_words). dx may be dy.
 template <typename T, int MODE>
 __global__ void __launch_bounds__(512, 1) softmax_bwd_parts(const T* y, const T* dy, T* dx, long long rows, long long n,
                                                             long long chunk, int packs, int parts,

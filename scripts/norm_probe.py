@@ -36,6 +36,9 @@ ap.add_argument("--parts-packs", default="",
 ap.add_argument("--shared-stage", default="",
                 help="comma-separated CTA sizes: also time norm_bwd_shared staging one-CTA rows from CTAs of that many "
                      "threads (sstage<T>; 0: every CTA staged)")
+ap.add_argument("--switches", default="",
+                help="comma-separated: also time the working tree with the pipelined launches' words zeroed by a memset "
+                     "(memset)")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
 
@@ -79,11 +82,14 @@ def use(cu_dir):
             N.SHARED_BWD["stage_threads"] = int(cu_dir[6:]) if str(cu_dir).startswith("sstage") else SHARED["stage_threads"]
     from cupy_kernels.ops import _rowwise as rw
 
+    if hasattr(rw, "ZERO_WORDS_AFTER"):
+        rw.ZERO_WORDS_AFTER["on"] = cu_dir != "memset"
     t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None
     rw.PARTS_THREADS.update(fwd=t, bwd=t)
     k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None
     rw.PARTS_PACKS["softmax"] = k or PARTS_PACKS  # (norm_fwd_parts has one instance)
-    if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead") \
+    if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead",
+                  "memset") \
             or t or k or str(cu_dir).startswith("sstage"):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
@@ -118,7 +124,8 @@ variants = ([("new", tree)] + ([("basepkg", tree)] if args.base_pkg else []) + (
             + ([("oneahead", "oneahead")] if args.two_ahead_ab else [])
             + [(f"parts{t}", f"parts{t}") for t in args.parts_threads.split(",") if t]
             + [(f"packs{k}", f"packs{k}") for k in args.parts_packs.split(",") if k]
-            + [(f"sstage{t}", f"sstage{t}") for t in args.shared_stage.split(",") if t])
+            + [(f"sstage{t}", f"sstage{t}") for t in args.shared_stage.split(",") if t]
+            + [(v, v) for v in args.switches.split(",") if v])
 shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
 for shape, dtype in shapes:
     (x, xc), (dy, dyc) = tensors(shape, dtype, 2)

@@ -543,3 +543,29 @@ def test_inplace_peak_memory():
     extra = torch.cuda.max_memory_allocated() - base
     assert extra <= 0.01 * x.nbytes, extra
     assert torch.allclose(x[:2].float(), row0, rtol=1e-2, atol=1e-4)
+
+
+@gpu
+def test_pipelined_words_start_dirty():
+    """The pipelined launch's exchange words come from the pool holding the tags of an earlier launch (or any
+    garbage): zero_words clears them before the first publish, with the programmatic launch or the memset."""
+    import cupy
+    from cupy_kernels.ops import softmax as S
+
+    dtype, n, rows = "float32", 262144, 24
+    p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), threads_of("fwd", dtype, n), SMS)
+    pp = rw.pipelined_plan(S.SOURCE, S._parts_name("softmax", dtype), rows, n, dtype, 1, rw.PARTS_PACKS["softmax"],
+                           p.threads)
+    assert pp, n
+    words = pp[1].rows * pp[1].parts * 2
+    x, xv = make((rows, n), dtype)
+    want = ref_softmax(xv)
+    for after in (True, False):
+        rw.ZERO_WORDS_AFTER["on"] = after
+        try:
+            for _ in range(2):
+                cupy.full((words,), -1, dtype=cupy.int64)  # tagged garbage, freed into the pool
+                got = softmax_impl(x, -1, "softmax")
+                assert rel_err(got, want) <= TOL[dtype], after
+        finally:
+            rw.ZERO_WORDS_AFTER["on"] = True

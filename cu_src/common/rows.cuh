@@ -8,6 +8,7 @@
 // multiple of V: packs move as one 16-byte access; otherwise each element moves alone (same layout).
 #pragma once
 #include "reduce.cuh"
+#include "cluster.cuh"
 
 template <typename A> __device__ __forceinline__ A fast_exp(A x);
 // ex2.approx.ftz: __expf without the subnormal-result fix-up (its predicated extra steps held registers
@@ -507,6 +508,7 @@ __device__ __forceinline__ void pipelined_parts(const T* const (&src)[TENSORS], 
   };
   stage(0);
   stage(1);
+  wait_prerequisites();  // launched after zero_words (the host's pipelined launch): the words are zero past here
   for (long long j = 0; j <= count; ++j) {
     if (j < count) cp_async_wait<1>();  // row j's group (row j + 1's may still be in flight)
     // Row j - 1's words, published by its parts a row ago: their L2 round trip overlaps reduce(j).
@@ -515,6 +517,15 @@ __device__ __forceinline__ void pipelined_parts(const T* const (&src)[TENSORS], 
     if (j > 0) write(first + (j - 1) * step, set(j - 1), early);
     stage(j + 2);  // into the set row j - 1 just left
   }
+}
+
+// The exchange words of a pipelined_parts launch set to zero. That launch follows as a programmatic dependent
+// (sm_90): its blocks start at once, stage their first rows and wait for this grid only before the first
+// publish, so the zeroing costs no launch gap (a memset before it did). Grid-stride, any geometry.
+__global__ void zero_words(unsigned long long* words, long long count) {
+  launch_dependents();
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count; i += (long long)gridDim.x * blockDim.x)
+    words[i] = 0ull;
 }
 
 // A value of the parts' slots: the exchange's shared copy (one launch) or global memory written by

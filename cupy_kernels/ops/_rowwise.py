@@ -223,6 +223,29 @@ def pipelined_plan(source, name: str, rows: int, n: int, dtype: str, al: int, ma
     return None if p.split else (kernel, p, smem)
 
 
+# The pipelined launches' exchange words zeroed by zero_words (rows.cuh), the launch its programmatic dependent on
+# sm_90 (False: a memset, then a plain launch; a probe switch).
+ZERO_WORDS_AFTER = {"on": True}
+ZERO_WORDS = "zero_words"  # declared by every source with pipelined kernels
+ZERO_THREADS = 256
+
+
+def launch_pipelined(call, source, kernel, p: Plan, args, smem: int, k: int) -> None:
+    """Launch a pipelined long-row kernel planned as `p` (pipelined_plan) with `args` and then its exchange
+    words: rows * parts * k tagged 64-bit slots, zero before its first publish."""
+    from .._runtime import current, launch
+
+    words = call.empty((p.rows * p.parts * k,), "int64")
+    if not ZERO_WORDS_AFTER["on"]:
+        words.fill(0)
+        kernel((p.grid,), (p.threads,), (*args, words), shared_mem=smem)
+        return
+    count = words.size
+    launch(source.kernel(ZERO_WORDS), min(ceil_div(count, ZERO_THREADS), 4 * current().sm_count), ZERO_THREADS,
+           (words, np.int64(count)))
+    launch(kernel, p.grid, p.threads, (*args, words), shared_mem=smem, after_previous=current().cc >= 90)
+
+
 def occupancy(kernel, name: str, smem: int = 0):
     """threads -> resident blocks per SM of this kernel (the runtime's occupancy calculator), or None
     when it cannot be asked (then plan() uses the __launch_bounds__ guarantee). `name` is unused

@@ -212,7 +212,7 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_fwd(t, m, True) for t in rw.STAGE_FWD_DTYPES for m in MODES]
                + [_fwd(t, m, group=g) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
                + [_fwd(t, m, st, group=rw.ROW_BLOCK) for t in rw.SHORT_DTYPES for m in MODES for st in (0, 1)]
-               + [_parts(t, m) for t in rw.STAGE_FWD_DTYPES for m in MODES]
+               + [_parts(t, m) for t in rw.STAGE_FWD_DTYPES for m in MODES] + [rw.ZERO_WORDS]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
                + [_bwd(t, m, f, packs=k, group=g) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
                   for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,)]
@@ -309,11 +309,10 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                                                          rw.PARTS_PACKS["norm"], p.threads)
             if pp:
                 kernel, p, smem = pp
-                _, words = rw.exchange_buffers(call, p, dtype)
-                kernel((p.grid,), (p.threads,),
-                       (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
-                        np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts), np.float32(eps), np.float32(1.0 / n),
-                        words), shared_mem=smem)
+                rw.launch_pipelined(call, SOURCE, kernel, p,
+                                    (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows),
+                                     np.int64(n), np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts),
+                                     np.float32(eps), np.float32(1.0 / n)), smem, k=2)
             else:
                 smem = 0
                 # layer_norm over several blocks per row measured 2% slower staged (256x262144 float32)
@@ -389,14 +388,13 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                                       rw.maxp(dtype), PARTS_BWD_THREADS, inputs=2))
         if pipe:  # long rows over several blocks, pipelined
             kernel, p, smem = pipe
-            _, words = rw.exchange_buffers(call, p, dtype)
             db_by_reduce, nrg = False, p.grid // p.parts
             dw_part = call.empty((nrg, n), acc) if want_w else None
             db_part = call.empty((nrg, n), acc) if want_b else None
-            kernel((p.grid,), (p.threads,),
-                   (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
-                    rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n, np.int64(p.chunk), np.int32(p.packs),
-                    np.int32(p.parts), words), shared_mem=smem)
+            rw.launch_pipelined(call, SOURCE, kernel, p,
+                                (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"],
+                                 rw.ptr(dw_part), rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n,
+                                 np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts)), smem, k=2)
         elif shared:
             cl, threads, spacks, chunk, smem, stage, full, warps = shared
             name = _shared(dtype, mode, from_output, cl, stage, full, warps)

@@ -53,7 +53,7 @@ SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for
                + [_name("fwd", t, m, st, group=rw.ROW_BLOCK) for t in rw.SHORT_DTYPES for m in MODES for st in (1, 2)]
                + [_name("bwd", t, m, True, group=rw.ROW_BLOCK) for t in ("float16", "bfloat16") for m in MODES]
                + [_parts_name(m, t, "fwd", k) for t in rw.STAGE_FWD_DTYPES for m in MODES for k in (4, 8)]
-               + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES])
+               + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES] + [rw.ZERO_WORDS])
 
 
 def _detach(x):
@@ -96,9 +96,9 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
                                                         rw.PARTS_PACKS["softmax"] if kind == "fwd" else maxp,
                                                         p.threads, len(srcs))):
         kernel, p, smem = pp
-        _, words = rw.exchange_buffers(call, p, dtype, k=2 if kind == "fwd" else 1)
-        kernel((p.grid,), (p.threads,), (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk),
-                                         np.int32(p.packs), np.int32(p.parts), words), shared_mem=smem)
+        rw.launch_pipelined(call, SOURCE, kernel, p, (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk),
+                                                       np.int32(p.packs), np.int32(p.parts)),
+                            smem, k=2 if kind == "fwd" else 1)
         return p
     elif (kind == "bwd" and dtype in ("float16", "bfloat16") and al and p.path in STAGE_BWD
             and p.threads == BWD_THREADS and stage_bytes(dtype, p.threads) <= STAGE_MAX_BYTES):
