@@ -64,13 +64,12 @@ __device__ __forceinline__ A norm_out(const typename Vec16<T>::type& xp, const t
 // STAGE: the next row staged in dynamic shared memory while this one is processed, as softmax_fwd.
 // GT (fix_group, rows.cuh): the group known at compile time (1..32, or ROW_BLOCK), one aligned segment a row.
 template <typename T, int MODE, int STAGE, int GT = 0>
-__global__ void __launch_bounds__(FwdThreads<T>::value, 1) norm_fwd(const T* x, T* y, const T* __restrict__ w,
-                                                  const T* __restrict__ b, typename AccOf<T>::type* __restrict__ mean_out,
-                                                  typename AccOf<T>::type* __restrict__ rstd_out, long long rows,
-                                                  long long n, long long chunk, int G, int packs, int parts,
-                                                  int aligned, typename AccOf<T>::type eps,
-                                                  typename AccOf<T>::type inv_n, int phase, int* sync,
-                                                  typename AccOf<T>::type* slots) {
+__global__ void __launch_bounds__(FwdBounds<T, STAGE, GT>::threads, FwdBounds<T, STAGE, GT>::blocks)
+norm_fwd(
+    const T* x, T* y, const T* __restrict__ w, const T* __restrict__ b,
+    typename AccOf<T>::type* __restrict__ mean_out, typename AccOf<T>::type* __restrict__ rstd_out, long long rows,
+    long long n, long long chunk, int G, int packs, int parts, int aligned, typename AccOf<T>::type eps,
+    typename AccOf<T>::type inv_n, int phase, int* sync, typename AccOf<T>::type* slots) {
   fix_group<GT>(G, parts, aligned);
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;

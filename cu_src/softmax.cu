@@ -46,9 +46,10 @@ __device__ __forceinline__ A softmax_out(A d, A inv, A ls) {
 // STAGE 2: the next two rows, in two sets of slots (2 * MAXP * blockDim.x) alternating with the row's parity.
 // GT (fix_group, rows.cuh): the group known at compile time (1..32, or ROW_BLOCK), one aligned segment a row.
 template <typename T, int MODE, int STAGE, int GT = 0>
-__global__ void __launch_bounds__(FwdThreads<T>::value, 1) softmax_fwd(const T* x, T* y, long long rows, long long n, long long chunk,
-                                                     int G, int packs, int parts, int aligned, int phase,
-                                                     int* sync, typename AccOf<T>::type* slots) {
+__global__ void __launch_bounds__(FwdBounds<T, STAGE, GT>::threads, FwdBounds<T, STAGE, GT>::blocks)
+softmax_fwd(
+    const T* x, T* y, long long rows, long long n, long long chunk, int G, int packs, int parts, int aligned,
+    int phase, int* sync, typename AccOf<T>::type* slots) {
   fix_group<GT>(G, parts, aligned);
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;

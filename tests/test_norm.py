@@ -422,9 +422,10 @@ def test_large_mean_is_stable(dtype):
 def test_layer_norm_shifted_sums_fall_back_to_two_pass(dtype):
     """The one-reduction variance uses sums shifted by the row's first element; rows whose first element
     is far from the mean (an outlier, a constant offset elsewhere) take the exact second pass; also aligned
-    block rows (4096, 8192: the ROW_BLOCK instances), rows with an outlier every 128 elements (row 6) and with
-    steps every 128 (row 7)."""
-    for n in (5, 300, 4097, 4096, 8192, 3 * fwd_threads(dtype) * rw.fwd_maxp(dtype) * rw.vec(dtype) + 5):
+    block rows (4096, 8192: the ROW_BLOCK instances), pipelined parts (float32 32768), rows with an outlier every
+    128 elements (row 6) and with steps every 128 (row 7)."""
+    for n in (5, 300, 4097, 4096, 8192, 3 * fwd_threads(dtype) * rw.fwd_maxp(dtype) * rw.vec(dtype) + 5,
+              8 * fwd_threads(dtype) * rw.fwd_maxp(dtype)):
         host = rng().standard_normal((8, n))
         host[0, 0] = 1e3                      # outlier first: all of the variance in one element
         host[1, 1:] += 50.0                   # first element 50 standard deviations below the rest

@@ -287,6 +287,13 @@ __device__ __forceinline__ typename Vec16<T>::type column_pack(const T* base, in
 // group of GT threads, ROW_BLOCK a block a row, both one aligned segment. Sets the arguments to what GT says,
 // so that every test of them folds (log_softmax float32, G 8: 1296 -> 392 SASS instructions).
 constexpr int ROW_BLOCK = 1024;
+// __launch_bounds__ of the forward kernels: unstaged block rows (GT ROW_BLOCK, STAGE 0) come in blocks of <= 256
+// threads (the host stages larger ones), bounded for 5 resident an SM (48 registers; at 50-56 only 4 fit: 8192² bf16
+// layer_norm 71.6 -> 69.2 us, softmax 68.4 -> 65.5, 4096² f32 softmax 33.4 -> 32.7), else FwdThreads, one an SM.
+template <typename T, int STAGE, int GT> struct FwdBounds {
+  static constexpr bool small = GT == ROW_BLOCK && !STAGE && sizeof(T) < 8;
+  static constexpr int threads = small ? 256 : FwdThreads<T>::value, blocks = small ? 5 : 1;
+};
 template <int GT>
 __device__ __forceinline__ void fix_group(int& G, int& parts, int& aligned) {
   if (GT) {

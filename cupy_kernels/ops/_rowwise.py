@@ -153,11 +153,17 @@ def group_token(group: int) -> str:
     return "" if not group else ", ROW_BLOCK" if group == ROW_BLOCK else f", {group}"
 
 
-def short_group(p: Plan, dtype: str, al: int, variant: str = "auto") -> int:
-    """The compile-time group (GT) of a launch planned as `p`, or 0 for the run-time form."""
+UNSTAGED_BLOCK_THREADS = 256  # the most threads of an unstaged forward ROW_BLOCK instance (FwdBounds in rows.cuh)
+
+
+def short_group(p: Plan, dtype: str, al: int, variant: str = "auto", staged: bool = True) -> int:
+    """The compile-time group (GT) of a launch planned as `p`, or 0 for the run-time form. `staged`: whether a
+    forward block row would be staged (unstaged ROW_BLOCK instances take up to UNSTAGED_BLOCK_THREADS)."""
     if not (COMPILED_GROUPS["on"] and variant == "auto" and al and dtype in SHORT_DTYPES and p.parts == 1):
         return 0
-    return p.group if p.path == "subwarp" else ROW_BLOCK
+    if p.path == "subwarp":
+        return p.group
+    return ROW_BLOCK if staged or p.threads <= UNSTAGED_BLOCK_THREADS else 0
 
 
 # Forward rows staged in shared memory (the STAGE instances of softmax_fwd / norm_fwd): the next row is

@@ -317,7 +317,7 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                 smem = 0
                 # layer_norm over several blocks per row measured 2% slower staged (256x262144 float32)
                 stage = rw.stage_fwd(p, dtype, al) if STAGE_FWD["on"] and (mode == "rms_norm" or p.parts == 1) else 0
-                g = rw.short_group(p, dtype, al, variant)
+                g = rw.short_group(p, dtype, al, variant, staged=bool(stage))
                 if stage:
                     name = _fwd(dtype, mode, stage=stage, group=g)
                     kernel = SOURCE.kernel(name)

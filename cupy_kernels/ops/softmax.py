@@ -85,7 +85,8 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     kernel = SOURCE.kernel(name)
     p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count,
                 occupancy=rw.occupancy(kernel, name), **args)
-    g = rw.short_group(p, dtype, al, variant)  # the compile-time group, where one applies
+    fwd_staged = kind == "fwd" and STAGE_FWD["on"] and rw.stage_fwd(p, dtype, al)
+    g = rw.short_group(p, dtype, al, variant, staged=kind == "bwd" or bool(fwd_staged))  # compile-time group, if any
     smem = 0
     if (kind == "bwd" and dtype in ("float16", "bfloat16") and al and WIDE_BWD["on"] and variant == "auto"
             and p.parts > 1 and n <= WIDE_BWD_MAX):
