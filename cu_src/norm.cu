@@ -215,7 +215,7 @@ __device__ __forceinline__ float own_sum(const typename Vec16<T>::type* set, con
 // of 3 * MAXP * blockDim.x 16-byte slots (as softmax_fwd_parts); n <= parts * packs * blockDim.x * V; aligned
 // rows, float accumulators (words: rows * parts * 2 tagged 64-bit slots,
 // zero before the first publish: zero_words). In place allowed (y == x).
-template <typename T, int MODE, int MAXP>
+template <typename T, int MODE, int MAXP, bool FULL = false>
 __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T* x, T* y, const T* __restrict__ w,
                                                          const T* __restrict__ b, float* __restrict__ mean_out,
                                                          float* __restrict__ rstd_out, long long rows, long long n,
@@ -228,7 +228,9 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
   RowScratch<float, 2> scratch{scratch_mem};
   const int part = blockIdx.x % parts;
   const long long begin = part * chunk;
-  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true};
+  // FULL: every part holds MAXP packs of every thread (the host checks): no pack count or bounds test a pass.
+  if (FULL) packs = MAXP;
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true, FULL};
   const float inv_len = 1.f / L.len;
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;

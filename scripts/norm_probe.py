@@ -38,7 +38,7 @@ ap.add_argument("--shared-stage", default="",
                      "threads (sstage<T>; 0: every CTA staged)")
 ap.add_argument("--switches", default="",
                 help="comma-separated: also time the working tree with the pipelined launches' words zeroed by a memset "
-                     "(memset)")
+                     "(memset), or norm_fwd_parts' FULL instances off (nofull)")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
 
@@ -84,12 +84,14 @@ def use(cu_dir):
 
     if hasattr(rw, "ZERO_WORDS_AFTER"):
         rw.ZERO_WORDS_AFTER["on"] = cu_dir != "memset"
+    if hasattr(N, "FULL_PARTS"):
+        N.FULL_PARTS["on"] = cu_dir != "nofull"
     t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None
     rw.PARTS_THREADS.update(fwd=t, bwd=t)
     k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None
     rw.PARTS_PACKS["softmax"] = k or PARTS_PACKS  # (norm_fwd_parts has one instance)
     if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead",
-                  "memset") \
+                  "memset", "nofull") \
             or t or k or str(cu_dir).startswith("sstage"):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)

@@ -255,8 +255,9 @@ def test_forward_pipelined_parts(mode):
         host[::2] += 60.0  # mean / std 30: one-pass sums around zero would lose ~10 bits (rstd off by ~5e-5)
         x, xv = cupy_array(host, dtype), rounded(host, dtype)
         p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), fwd_threads(dtype, n), SMS)
-        assert p.parts > 1 and rw.pipelined_plan(N.SOURCE, N._parts(dtype, mode), rows, n, dtype, 1,
-                                                  rw.PARTS_PACKS["norm"], p.threads), (dtype, n)
+        pp = rw.pipelined_plan(N.SOURCE, N._parts(dtype, mode), rows, n, dtype, 1, rw.PARTS_PACKS["norm"], p.threads)
+        assert p.parts > 1 and pp, (dtype, n)
+        assert rw.full_parts(pp[1], dtype, rw.PARTS_PACKS["norm"]) == (n == 262144), (dtype, n)  # the FULL instance
         for with_affine in (True, False):
             w, b, wv, bv = affine(n, dtype, mode, with_affine, with_affine)
             want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
@@ -270,6 +271,11 @@ def test_forward_pipelined_parts(mode):
             x2 = x.copy()
             norm_forward_impl(x2, w, b, 1e-5, mode, inplace=True)
             np.testing.assert_array_equal(to_f64(x2), to_f64(y))
+            N.FULL_PARTS["on"] = False  # the general instance: the same arithmetic
+            try:
+                np.testing.assert_array_equal(to_f64(norm_forward_impl(x, w, b, 1e-5, mode)[0]), to_f64(y))
+            finally:
+                N.FULL_PARTS["on"] = True
 
 
 @gpu

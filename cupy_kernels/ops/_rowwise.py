@@ -229,6 +229,12 @@ def pipelined_plan(source, name: str, rows: int, n: int, dtype: str, al: int, ma
     return None if p.split else (kernel, p, smem)
 
 
+def full_parts(p: Plan, dtype: str, maxp: int) -> bool:
+    """Whether every part of a pipelined plan `p` holds `maxp` packs of every thread (the FULL instances: no pack
+    count or bounds test a pass)."""
+    return p.parts > 1 and p.packs == maxp and p.chunk == p.threads * maxp * vec(dtype) and p.n % p.chunk == 0
+
+
 # The pipelined launches' exchange words zeroed by zero_words (rows.cuh), the launch its programmatic dependent on
 # sm_90 (False: a memset, then a plain launch; a probe switch).
 ZERO_WORDS_AFTER = {"on": True}

@@ -70,6 +70,7 @@ def bwd_min_blocks(dtype: str, packs: int = 1) -> int:
 
 
 STAGE_FWD = {"on": True}  # rows of >= 512-thread blocks staged in shared memory (rw.stage_fwd); a probe switch
+FULL_PARTS = {"on": True}  # norm_fwd_parts' FULL instances where every part is whole (rw.full_parts); a probe switch
 STAGE_BWD = {"on": True}  # half-type rows of 1024-thread backward blocks staged likewise; a probe switch
 
 
@@ -77,8 +78,8 @@ def _fwd(dtype, mode, stage=0, group=0):
     return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {rw.stage_token(stage)}{rw.group_token(group)}>"
 
 
-def _parts(dtype, mode):
-    return f"norm_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {rw.PARTS_PACKS['norm']}>"
+def _parts(dtype, mode, full=False):
+    return f"norm_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {rw.PARTS_PACKS['norm']}{', true' if full else ''}>"
 
 
 def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True, group=0):
@@ -212,7 +213,7 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_fwd(t, m, True) for t in rw.STAGE_FWD_DTYPES for m in MODES]
                + [_fwd(t, m, group=g) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
                + [_fwd(t, m, st, group=rw.ROW_BLOCK) for t in rw.SHORT_DTYPES for m in MODES for st in (0, 1)]
-               + [_parts(t, m) for t in rw.STAGE_FWD_DTYPES for m in MODES] + [rw.ZERO_WORDS]
+               + [_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (False, True)] + [rw.ZERO_WORDS]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
                + [_bwd(t, m, f, packs=k, group=g) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
                   for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,)]
@@ -307,6 +308,11 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
             pp = variant == "auto" and rw.pipelined_plan(SOURCE, _parts(dtype, mode), rows, n, dtype, al,
                                                          rw.PARTS_PACKS["norm"], p.threads)
+            if pp and FULL_PARTS["on"] and rw.full_parts(pp[1], dtype, rw.PARTS_PACKS["norm"]):
+                # the same plan from the FULL instance's own occupancy (it must hold the same co-resident grid)
+                full = rw.pipelined_plan(SOURCE, _parts(dtype, mode, True), rows, n, dtype, al,
+                                         rw.PARTS_PACKS["norm"], p.threads)
+                pp = full if full and full[1] == pp[1] else pp
             if pp:
                 kernel, p, smem = pp
                 rw.launch_pipelined(call, SOURCE, kernel, p,
