@@ -216,17 +216,26 @@ PARTS_PACKS = {"softmax": 8, "norm": 4}
 
 
 def pipelined_plan(source, name: str, rows: int, n: int, dtype: str, al: int, maxp: int, threads: int,
-                   inputs: int = 1):
+                   inputs: int = 1, full_name: str | None = None):
     """(kernel, plan, dynamic shared bytes) of the pipelined long-row launch `name` of `source` (blocks of
     `threads`, `maxp` packs a thread, `inputs` row tensors: 1 forward, 2 backward), or None where it does not
-    apply: rows one block holds, unaligned, float64, or too few blocks resident for a row."""
+    apply: rows one block holds, unaligned, float64, or too few blocks resident for a row. `full_name`: the
+    kernel's FULL instance, taken where every part is whole (full_parts) and its own occupancy gives the same
+    plan (the grid must stay co-resident)."""
     kind = "fwd" if inputs == 1 else "bwd"
     threads = PARTS_THREADS[kind] or threads
     if not (PARTS_PIPELINED[kind] and al and dtype in STAGE_FWD_DTYPES and n > threads * maxp * vec(dtype)):
         return None
     kernel = source.kernel(name)
     p, smem = staged_plan(kernel, name, rows, n, dtype, maxp, threads, tensors=PARTS_SETS * inputs)
-    return None if p.split else (kernel, p, smem)
+    if p.split:
+        return None
+    if full_name and full_parts(p, dtype, maxp):
+        full = source.kernel(full_name)
+        q, smem_q = staged_plan(full, full_name, rows, n, dtype, maxp, threads, tensors=PARTS_SETS * inputs)
+        if q == p:
+            return full, q, smem_q
+    return kernel, p, smem
 
 
 def full_parts(p: Plan, dtype: str, maxp: int) -> bool:

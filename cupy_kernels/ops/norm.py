@@ -306,13 +306,9 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
             p = rw.plan(rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), current().sm_count,
                         occupancy=rw.occupancy(kernel, name), **args)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
-            pp = variant == "auto" and rw.pipelined_plan(SOURCE, _parts(dtype, mode), rows, n, dtype, al,
-                                                         rw.PARTS_PACKS["norm"], p.threads)
-            if pp and FULL_PARTS["on"] and rw.full_parts(pp[1], dtype, rw.PARTS_PACKS["norm"]):
-                # the same plan from the FULL instance's own occupancy (it must hold the same co-resident grid)
-                full = rw.pipelined_plan(SOURCE, _parts(dtype, mode, True), rows, n, dtype, al,
-                                         rw.PARTS_PACKS["norm"], p.threads)
-                pp = full if full and full[1] == pp[1] else pp
+            pp = variant == "auto" and rw.pipelined_plan(
+                SOURCE, _parts(dtype, mode), rows, n, dtype, al, rw.PARTS_PACKS["norm"], p.threads,
+                full_name=_parts(dtype, mode, True) if FULL_PARTS["on"] else None)
             if pp:
                 kernel, p, smem = pp
                 rw.launch_pipelined(call, SOURCE, kernel, p,

@@ -85,8 +85,8 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     kernel = SOURCE.kernel(name)
     p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count,
                 occupancy=rw.occupancy(kernel, name), **args)
-    fwd_staged = kind == "fwd" and STAGE_FWD["on"] and rw.stage_fwd(p, dtype, al)
-    g = rw.short_group(p, dtype, al, variant, staged=kind == "bwd" or bool(fwd_staged))  # compile-time group, if any
+    stage = kind == "fwd" and STAGE_FWD["on"] and rw.stage_fwd(p, dtype, al, STAGE_FWD["two_ahead"])
+    g = rw.short_group(p, dtype, al, variant, staged=kind == "bwd" or bool(stage))  # compile-time group, if any
     smem = 0
     if (kind == "bwd" and dtype in ("float16", "bfloat16") and al and WIDE_BWD["on"] and variant == "auto"
             and p.parts > 1 and n <= WIDE_BWD_MAX):
@@ -109,7 +109,7 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
         p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count, persistent=True,
                     occupancy=rw.occupancy(kernel, name, lambda t: stage_bytes(dtype, t)), **args)
         smem = stage_bytes(dtype, p.threads)
-    elif kind == "fwd" and STAGE_FWD["on"] and (stage := rw.stage_fwd(p, dtype, al, STAGE_FWD["two_ahead"])):
+    elif stage:  # forward rows staged one or two rows ahead
         name = _name(kind, dtype, mode, stage=stage, group=g)
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, maxp, threads_of(kind, dtype, n), tensors=stage, **args)
