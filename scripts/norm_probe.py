@@ -38,7 +38,8 @@ ap.add_argument("--shared-stage", default="",
                      "threads (sstage<T>; 0: every CTA staged)")
 ap.add_argument("--switches", default="",
                 help="comma-separated: also time the working tree with the pipelined launches' words zeroed by a memset "
-                     "(memset), or norm_fwd_parts' FULL instances off (nofull)")
+                     "(memset), norm_fwd_parts' FULL instances off (nofull), or norm_bwd_shared's clusters of 8 unstaged "
+                     "(cl8unstaged)")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
 
@@ -86,12 +87,14 @@ def use(cu_dir):
         rw.ZERO_WORDS_AFTER["on"] = cu_dir != "memset"
     if hasattr(N, "FULL_PARTS"):
         N.FULL_PARTS["on"] = cu_dir != "nofull"
+    if "stage_clusters" in SHARED:  # cl8unstaged: norm_bwd_shared's clusters of 8 load rows straight into registers
+        N.SHARED_BWD["stage_clusters"] = cu_dir != "cl8unstaged"
     t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None
     rw.PARTS_THREADS.update(fwd=t, bwd=t)
     k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None
     rw.PARTS_PACKS["softmax"] = k or PARTS_PACKS  # (norm_fwd_parts has one instance)
     if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead",
-                  "memset", "nofull") \
+                  "memset", "nofull", "cl8unstaged") \
             or t or k or str(cu_dir).startswith("sstage"):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)

@@ -343,6 +343,30 @@ def test_backward_staged_rows(mode):
 
 @gpu
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
+def test_backward_clusters_staged_or_not(mode):
+    """norm_bwd_shared's clusters of 8 (half rows of 16385-32768 elements) with rows staged in shared memory and
+    straight into registers (the default): several rows a cluster and clusters with none, a short last CTA, from x
+    and from the output."""
+    from cupy_kernels._runtime import current
+    from cupy_kernels.ops import norm as N
+
+    if current().cc < 90:
+        pytest.skip("clusters need compute capability 9.0")
+    saved = dict(N.SHARED_BWD)
+    try:
+        for dtype, n, rows in (("bfloat16", 32768, 140), ("float16", 20000, 75), ("bfloat16", 24576, 3)):
+            c = backward_case(rows, n, dtype, mode)
+            for staged in (True, False):
+                N.SHARED_BWD["stage_clusters"] = staged
+                plan = N.shared_plan(n, dtype, mode, current().cc)
+                assert plan[0] == 8 and plan[5] == staged, (dtype, n, plan)
+                check_backward_from_x_and_y(c, dtype, mode, (dtype, n, rows, staged))
+    finally:
+        N.SHARED_BWD.update(saved)
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_shared_warp_rows(mode):
     """norm_bwd_shared's WARPS form (each warp its own rows, the warps' column sums folded at the end) on every
     half-type and float32 length it takes when allowed from 0: 4 packs a lane (1024, FULL) and fewer or partial ones, rows
