@@ -87,8 +87,8 @@ def use(cu_dir):
         rw.ZERO_WORDS_AFTER["on"] = cu_dir != "memset"
     if hasattr(N, "FULL_PARTS"):
         N.FULL_PARTS["on"] = cu_dir != "nofull"
-    if "stage_clusters" in SHARED:  # cl8unstaged: norm_bwd_shared's clusters of 8 load rows straight into registers
-        N.SHARED_BWD["stage_clusters"] = cu_dir != "cl8unstaged"
+    if "stage_cl8" in SHARED:  # cl8unstaged: norm_bwd_shared's clusters of 8 load rows straight into registers
+        N.SHARED_BWD["stage_cl8"] = cu_dir != "cl8unstaged"
     t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None
     rw.PARTS_THREADS.update(fwd=t, bwd=t)
     k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None

@@ -72,6 +72,28 @@ def test_boundaries_cover_every_path():
             assert paths == {"subwarp", "block", "multiblock"}, (dtype, kind)
 
 
+def test_shared_plans_name_declared_kernels():
+    """Every aligned row length norm_bwd_shared takes (up to 65536 elements, compute capability 8.0 and 9.0, clusters
+    of 8 staged or not) names a kernel its module declares (an undeclared one fails only on the GPU)."""
+    from cupy_kernels.ops import norm as N
+
+    saved = dict(N.SHARED_BWD)
+    try:
+        for staged in (False, True):
+            N.SHARED_BWD["stage_cl8"] = staged
+            for dtype in N.SHARED_BWD["dtypes"]:
+                for n in range(rw.vec(dtype), 65537, rw.vec(dtype)):
+                    for mode in N.MODES:
+                        for cc in (80, 90):
+                            if plan := N.shared_plan(n, dtype, mode, cc):
+                                cl, _, _, _, _, stage, full, warps = plan
+                                for f in (0, 1):
+                                    assert N._shared(dtype, mode, f, cl, stage, full, warps) in N.SOURCE.names, \
+                                        (dtype, n, mode, cc, staged)
+    finally:
+        N.SHARED_BWD.update(saved)
+
+
 def test_group_lengths_take_their_group():
     """The rows the GPU tests give the compile-time groups plan to those groups (forward and backward)."""
     from cupy_kernels.ops.norm import SHORT_BWD
@@ -357,7 +379,7 @@ def test_backward_clusters_staged_or_not(mode):
         for dtype, n, rows in (("bfloat16", 32768, 140), ("float16", 20000, 75), ("bfloat16", 24576, 3)):
             c = backward_case(rows, n, dtype, mode)
             for staged in (True, False):
-                N.SHARED_BWD["stage_clusters"] = staged
+                N.SHARED_BWD["stage_cl8"] = staged
                 plan = N.shared_plan(n, dtype, mode, current().cc)
                 assert plan[0] == 8 and plan[5] == staged, (dtype, n, plan)
                 check_backward_from_x_and_y(c, dtype, mode, (dtype, n, rows, staged))

@@ -134,13 +134,13 @@ def _pipelined(dtype, mode, from_output):
 # Half-type rows that would take a cluster of 4 CTAs of "threads" take 8 CTAs of "cl8_threads" (four an SM
 # instead of two): 1024x32768 bf16 layer 86.1 -> 83.8 us, rms 72.0 -> 70.5; but one-CTA rows in 256-thread CTAs
 # (clusters of 2) were slower (8192² bf16 layer 118.6 -> 140.3 us, 4096² f32 53.7 -> 56.2).
-# Clusters of 8 load their rows straight into registers ("stage_clusters" off): layer_norm's staged CTA (56 KB of
+# Clusters of 8 load their rows straight into registers ("stage_cl8" off): layer_norm's staged CTA (56 KB of
 # dynamic shared memory) fits three an SM, and the GPCs then place 45 clusters (2.7 CTAs an SM, unevenly); unstaged
 # (40 KB) four, 62 clusters: 1024x32768 bf16 layer 84.0 -> 81.1 us, rms (62 either way) 70.1 -> 69.1.
 # The switches are for the ladder, the probes and the tests.
 SHARED_BWD = {"on": True, "from": 1024, "from_float32": 4096, "threads": 512, "stage_threads": 512,
               "dtypes": ("float16", "bfloat16", "float32"), "full": True, "warps_from": 512, "warps_from_float32": 257,
-              "warps_threads": 256, "cl8_threads": 256, "stage_clusters": False}
+              "warps_threads": 256, "cl8_threads": 256, "stage_cl8": False}
 SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CL instances at SHARED_BWD["threads"] (and CL 8: cl8_threads)
 
 
@@ -175,8 +175,8 @@ def shared_plan(n: int, dtype: str, mode: str, cc: int):
     P = chunk // V
     threads = min(cap, ceil_div(ceil_div(P, 2), 32) * 32)
     packs = ceil_div(P, threads)
-    stage = (cl > 1 and SHARED_BWD["stage_clusters"]) or threads >= SHARED_BWD["stage_threads"]  # CTAs below: rows
-    # straight into registers
+    # one-CTA rows in CTAs below "stage_threads", and clusters of 8 unless "stage_cl8": rows straight into registers
+    stage = (cl > 1 and (cl < 8 or SHARED_BWD["stage_cl8"])) or threads >= SHARED_BWD["stage_threads"]
     full = SHARED_BWD["full"] and packs == 2 and chunk == 2 * V * threads and cl * chunk == n
     return cl, threads, packs, chunk, smem(packs, threads, stage), stage, full, False
 
