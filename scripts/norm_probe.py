@@ -40,6 +40,7 @@ ap.add_argument("--switches", default="",
                 help="comma-separated: also time the working tree with the pipelined launches' words zeroed by a memset "
                      "(memset), norm_fwd_parts' FULL instances off (nofull), or norm_bwd_shared's clusters of 8 unstaged "
                      "(cl8unstaged)")
+ap.add_argument("--extra-shapes", default="", help="comma-separated ROWSxN:dtype shapes besides --shapes")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
 
@@ -131,7 +132,8 @@ variants = ([("new", tree)] + ([("basepkg", tree)] if args.base_pkg else []) + (
             + [(f"packs{k}", f"packs{k}") for k in args.parts_packs.split(",") if k]
             + [(f"sstage{t}", f"sstage{t}") for t in args.shared_stage.split(",") if t]
             + [(v, v) for v in args.switches.split(",") if v])
-shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
+shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",") if i]
+shapes += [(tuple(map(int, s.split(":")[0].split("x"))), s.split(":")[1]) for s in args.extra_shapes.split(",") if s]
 for shape, dtype in shapes:
     (x, xc), (dy, dyc) = tensors(shape, dtype, 2)
     n = shape[-1]
