@@ -52,6 +52,7 @@ tree = sources.cu_src_dir()
 
 TWO_PACK_FROM = dict(N.TWO_PACK_FROM)
 PARTS_PACKS = RW.PARTS_PACKS["softmax"]
+PSUB = RW.PERSISTENT_SUBWARP_BLOCK
 SHARED = dict(getattr(N, "SHARED_BWD", {}))
 SHARED_FROM, SHARED_F32, SHARED_THREADS, SHARED_DTYPES = (SHARED.get(k) for k in ("from", "from_float32", "threads",
                                                                                    "dtypes"))
@@ -88,6 +89,8 @@ def use(cu_dir):
         rw.ZERO_WORDS_AFTER["on"] = cu_dir != "memset"
     if hasattr(N, "FULL_PARTS"):
         N.FULL_PARTS["on"] = cu_dir != "nofull"
+    # psub<T>: the persistent sub-warp grids (norm_bwd's short rows, one partial row a block) in blocks of T threads
+    rw.PERSISTENT_SUBWARP_BLOCK = int(cu_dir[4:]) if str(cu_dir).startswith("psub") else PSUB
     if "stage_cl8" in SHARED:  # cl8unstaged: norm_bwd_shared's clusters of 8 load rows straight into registers
         N.SHARED_BWD["stage_cl8"] = cu_dir != "cl8unstaged"
     t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None
@@ -96,7 +99,7 @@ def use(cu_dir):
     rw.PARTS_PACKS["softmax"] = k or PARTS_PACKS  # (norm_fwd_parts has one instance)
     if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead",
                   "memset", "nofull", "cl8unstaged") \
-            or t or k or str(cu_dir).startswith("sstage"):
+            or t or k or str(cu_dir).startswith(("sstage", "psub")):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
     sources.read_source.cache_clear()

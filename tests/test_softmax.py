@@ -104,12 +104,15 @@ def test_plan_geometry_holds_the_row():
 
 def test_plan_subwarp_blocks():
     """Sub-warp rows: one-pass launches use SUBWARP_BLOCK-thread blocks, persistent grids (norm backward)
-    PERSISTENT_SUBWARP_BLOCK; a block holds whole groups at both ends of the sub-warp range (G = 1, 32)."""
+    PERSISTENT_SUBWARP_BLOCK (at most the kernel's largest block); a block holds whole groups at both ends of the
+    sub-warp range (G = 1, 32)."""
     for persistent, block in ((False, rw.SUBWARP_BLOCK), (True, rw.PERSISTENT_SUBWARP_BLOCK)):
         for n in (1, 4, 32 * rw.TARGET_PACKS * 4):  # float32: G = 1 .. 32
             p = rw.plan(65536, n, "float32", 4, 1024, SMS, persistent=persistent)
             assert p.path == "subwarp" and p.threads == block and block % p.group == 0
             assert persistent or p.grid == -(-65536 // (block // p.group))  # persistent: one wave, rows looped
+    p = rw.plan(65536, 64, "float64", 4, 256, SMS, persistent=True)  # float64's backward: blocks of <= 256
+    assert p.path == "subwarp" and p.threads == min(rw.PERSISTENT_SUBWARP_BLOCK, 256)
 
 
 def test_plan_long_rows():

@@ -14,7 +14,10 @@ ACC = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float
 ACC_SCALAR = {"float32": np.float32, "float64": np.float64}
 SUBWARP_BLOCK = 128  # threads per block on the sub-warp path (one-pass launches: 4-6% faster than 256 on
                      # 32768x1024 half, equal on 65536x128 f32; benchmarks/notes.md, issue 4)
-PERSISTENT_SUBWARP_BLOCK = 256  # persistent grids (norm backward): one partial row per block
+# Persistent grids (norm backward): one partial row per block, so larger blocks leave fewer for column_sum; capped
+# at the kernel's largest block. 512 against 256 (H200, us, float32 layer / rms bwd): 65536x128 30.2 -> 30.0 /
+# 29.5 -> 28.8, 65536x256 54.2 -> 54.0 / 52.8 -> 52.4, 131072x64 30.4 -> 30.4 / 29.6 -> 29.1; 128 slower on each.
+PERSISTENT_SUBWARP_BLOCK = 512
 TARGET_PACKS = 4     # 16-byte packs per thread we aim for: 64 B in flight per thread per tensor
 
 
@@ -101,7 +104,7 @@ def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: i
     target = min(TARGET_PACKS, maxp)
     group = next_pow2(ceil_div(P, target))
     if group <= 32 and force != "block":
-        threads = PERSISTENT_SUBWARP_BLOCK if persistent else SUBWARP_BLOCK
+        threads = min(PERSISTENT_SUBWARP_BLOCK, max_threads) if persistent else SUBWARP_BLOCK
         packs = ceil_div(P, group)
         parts, chunk = 1, n
         gpb = threads // group
