@@ -38,8 +38,8 @@ ap.add_argument("--shared-stage", default="",
                      "threads (sstage<T>; 0: every CTA staged)")
 ap.add_argument("--switches", default="",
                 help="comma-separated: also time the working tree with the pipelined launches' words zeroed by a memset "
-                     "(memset), norm_fwd_parts' FULL instances off (nofull), or norm_bwd_shared's clusters of 8 unstaged "
-                     "(cl8unstaged)")
+                     "(memset), norm_fwd_parts' FULL instances off (nofull), norm_bwd_shared's clusters of 8 unstaged "
+                     "(cl8unstaged), or norm_bwd's persistent sub-warp grids in blocks of T threads (psub<T>)")
 ap.add_argument("--extra-shapes", default="", help="comma-separated ROWSxN:dtype shapes besides --shapes")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
