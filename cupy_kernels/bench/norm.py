@@ -4,7 +4,7 @@ shapes. Bytes: forward reads x and writes y once; backward reads x (or y) and dy
 from __future__ import annotations
 
 from . import Group, suite, switched
-from .softmax import SHAPES, tensors
+from .softmax import SHAPES, floor, tensors
 
 
 @suite("norm")
@@ -65,7 +65,7 @@ def norm_suite(quick: bool):
                      **({"ladder: unstaged (no next row in shared memory)": switched(
                          N.STAGE_FWD, {"on": False}, lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm"))}
                         if n == 32768 else {}),  # one block a row (longer rows: the pipelined kernels)
-                     "torch F.layer_norm": lambda: F.layer_norm(x, (n,), w, b, 1e-5)}, bytes=2 * nbytes)
+                     "torch F.layer_norm": lambda: F.layer_norm(x, (n,), w, b, 1e-5), **floor(s, x)}, bytes=2 * nbytes)
         yield Group("rms_norm", label, dtype,
                     {"cupy_kernels": lambda: norm_forward_impl(xc, wc, None, 1e-6, "rms_norm"),
                      "cupy_kernels rms_norm_ (in place)": lambda: ck.rms_norm_(sc, wc),
@@ -77,7 +77,8 @@ def norm_suite(quick: bool):
                         if n > 32768 else {}),
                      "torch F.rms_norm": lambda: F.rms_norm(x, (n,), w, 1e-6),
                      "torch formulation x * rsqrt(mean(x^2) + eps) * w":
-                         lambda: x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w},
+                         lambda: x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w,
+                     **floor(s, x)},
                     bytes=2 * nbytes)
         _, mean, rstd = norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm")
         ln_out, ln_mean, ln_rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
@@ -107,7 +108,8 @@ def norm_suite(quick: bool):
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", need_dw=False,
                                                     need_db=False),
                      "torch native_layer_norm_backward": lambda: torch.ops.aten.native_layer_norm_backward(
-                         dy, x, [n], ln_mean, ln_rstd, w, b, [True, True, True])},
+                         dy, x, [n], ln_mean, ln_rstd, w, b, [True, True, True]),
+                     **floor(s, x, dy)},
                     bytes=3 * nbytes)
         xr = x.detach().requires_grad_(True)
         wr = w.detach().requires_grad_(True)
@@ -118,6 +120,7 @@ def norm_suite(quick: bool):
                      **({"ladder: long rows, one launch (exchange)": lambda: norm_backward_impl(
                          dyc, xc, wc, None, None, rstd_rms, "rms_norm", variant="exchange")} if n > 32768 else {}),
                      "torch F.rms_norm autograd": lambda: torch.autograd.grad(rms_out, (xr, wr), dy,
-                                                                              retain_graph=True)},
+                                                                              retain_graph=True),
+                     **floor(s, x, dy)},
                     bytes=3 * nbytes)
         del x, xc, s, sc, dy, dyc, rms_out, xr, wr, ln_out, yc

@@ -21,6 +21,17 @@ def tensors(shape, dtype, count):
     return out
 
 
+def floor(out, src, dy=None):
+    """The row of a plain torch op that moves the group's bytes and computes nothing: forward, src copied into
+    out; backward, src + dy written to out (two read, one written). What this shape's traffic reaches on the
+    device, beside the 1 GB copy that `of copy` divides by (small shapes cannot reach that: fill and drain)."""
+    import torch
+
+    if dy is None:
+        return {"floor: the same bytes copied (torch copy_)": lambda: out.copy_(src)}
+    return {"floor: the same bytes, two read one written (torch.add out=)": lambda: torch.add(src, dy, out=out)}
+
+
 @suite("softmax")
 def softmax_suite(quick: bool):
     import torch
@@ -37,7 +48,7 @@ def softmax_suite(quick: bool):
                  "cupy_kernels softmax_ (in place)": lambda: ck.softmax_(sc),
                  "ladder: one block per row": lambda: softmax_impl(xc, -1, "softmax", "block"),
                  "ladder: scalar loads": lambda: softmax_impl(xc, -1, "softmax", "scalar"),
-                 "torch.softmax": lambda: torch.softmax(x, -1)}
+                 "torch.softmax": lambda: torch.softmax(x, -1), **floor(s, x)}
         if shape[-1] == 32768:  # one 1024-thread block a row: the next rows staged in shared memory by default
             impls["ladder: unstaged (no next row in shared memory)"] = switched(
                 S.STAGE_FWD, {"on": False}, lambda: softmax_impl(xc, -1, "softmax"))
@@ -54,7 +65,7 @@ def softmax_suite(quick: bool):
         yield Group("softmax", label, dtype, impls, bytes=2 * nbytes)
         yield Group("log_softmax", label, dtype,
                     {"cupy_kernels": lambda: softmax_impl(xc, -1, "log_softmax"),
-                     "torch.log_softmax": lambda: torch.log_softmax(x, -1)}, bytes=2 * nbytes)
+                     "torch.log_softmax": lambda: torch.log_softmax(x, -1), **floor(s, x)}, bytes=2 * nbytes)
         y = torch.softmax(x, -1)
         from .._runtime import to_cupy
 
@@ -71,12 +82,14 @@ def softmax_suite(quick: bool):
                          S.WIDE_BWD, {"on": False}, lambda: softmax_backward_impl(yc, dyc, -1, "softmax"))}
                         if shape[-1] > 8192 and dtype in ("float16", "bfloat16") else {}),
                      "torch _softmax_backward_data": lambda: torch._softmax_backward_data(dy, y, -1, y.dtype),
-                     "torch formulation y * (dy - sum(dy * y))": lambda: y * (dy - (dy * y).sum(-1, keepdim=True))},
+                     "torch formulation y * (dy - sum(dy * y))": lambda: y * (dy - (dy * y).sum(-1, keepdim=True)),
+                     **floor(s, y, dy)},
                     bytes=3 * nbytes)
         ly = torch.log_softmax(x, -1)
         lyc = to_cupy(ly)
         yield Group("log_softmax backward", label, dtype,
                     {"cupy_kernels": lambda: softmax_backward_impl(lyc, dyc, -1, "log_softmax"),
                      "torch _log_softmax_backward_data":
-                         lambda: torch._log_softmax_backward_data(dy, ly, -1, ly.dtype)}, bytes=3 * nbytes)
+                         lambda: torch._log_softmax_backward_data(dy, ly, -1, ly.dtype), **floor(s, ly, dy)},
+                    bytes=3 * nbytes)
         del x, xc, s, sc, dy, dyc, y, yc, ly, lyc
