@@ -117,10 +117,13 @@ def compile_offline(source: KernelSource, arch: str) -> list[KernelReport]:
     except Exception as e:
         raise KernelCompileError(f"cu_src/{source.filename} for {arch}: {e}\n{log.getvalue()}") from e
     mangled_to_name = {(v.decode() if isinstance(v, bytes) else v): k for k, v in code.symbol_mapping.items()}
-    reports = parse_ptxas_log(log.getvalue(), mangled_to_name, source.filename, arch)
+    text = log.getvalue()
+    reports = parse_ptxas_log(text, mangled_to_name, source.filename, arch)
     missing = [n for n in source.names if n not in reports]
-    if missing:
-        raise KernelCompileError(f"cu_src/{source.filename} for {arch}: no ptxas report for {missing}")
+    if missing:  # what the log held, to tell an empty log from one the parser misread (benchmarks/notes.md, session 16)
+        raise KernelCompileError(f"cu_src/{source.filename} for {arch}: no ptxas report for {len(missing)} of "
+                                 f"{len(source.names)} kernels (the log: {len(text)} characters, "
+                                 f"{text.count('Compiling entry function')} entries; begins {text[:300]!r}): {missing}")
     return [reports[n] for n in source.names]
 
 
