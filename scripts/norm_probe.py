@@ -39,7 +39,8 @@ ap.add_argument("--shared-stage", default="",
 ap.add_argument("--switches", default="",
                 help="comma-separated: also time the working tree with the pipelined launches' words zeroed by a memset "
                      "(memset), norm_fwd_parts' FULL instances off (nofull), norm_bwd_shared's clusters of 8 unstaged "
-                     "(cl8unstaged), or norm_bwd's persistent sub-warp grids in blocks of T threads (psub<T>)")
+                     "(cl8unstaged) or staged (cl8staged), or norm_bwd's persistent sub-warp grids "
+                     "in blocks of T threads (psub<T>)")
 ap.add_argument("--extra-shapes", default="", help="comma-separated ROWSxN:dtype shapes besides --shapes")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
 args = ap.parse_args()
@@ -91,14 +92,16 @@ def use(cu_dir):
         N.FULL_PARTS["on"] = cu_dir != "nofull"
     # psub<T>: the persistent sub-warp grids (norm_bwd's short rows, one partial row a block) in blocks of T threads
     rw.PERSISTENT_SUBWARP_BLOCK = int(cu_dir[4:]) if str(cu_dir).startswith("psub") else PSUB
-    if "stage_cl8" in SHARED:  # cl8unstaged: norm_bwd_shared's clusters of 8 load rows straight into registers
-        N.SHARED_BWD["stage_cl8"] = cu_dir != "cl8unstaged"
+    if "stage_cl8" in SHARED:  # cl8unstaged / cl8staged: norm_bwd_shared's clusters of 8 load rows straight into
+        # registers / stage them (the default since 10b59e7 is unstaged; until session 16 every other variant staged)
+        N.SHARED_BWD["stage_cl8"] = (False if cu_dir == "cl8unstaged" else True if cu_dir == "cl8staged"
+                                     else SHARED["stage_cl8"])
     t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None
     rw.PARTS_THREADS.update(fwd=t, bwd=t)
     k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None
     rw.PARTS_PACKS["softmax"] = k or PARTS_PACKS  # (norm_fwd_parts has one instance)
     if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead",
-                  "memset", "nofull", "cl8unstaged") \
+                  "memset", "nofull", "cl8unstaged", "cl8staged") \
             or t or k or str(cu_dir).startswith(("sstage", "psub")):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
