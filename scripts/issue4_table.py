@@ -4,6 +4,7 @@ op that moves the same bytes, computing nothing), and x the fastest torch row. U
 import json
 import sys
 
+from cupy_kernels.bench.report import _peer_kind
 from cupy_kernels.bench.softmax import SHAPES
 
 result = json.load(open(sys.argv[1]))
@@ -19,7 +20,7 @@ def cell(op, shape, dtype):
     if ours is None:
         return "–", None
     floor = min((r["ms"] for r in rows if r["impl"].startswith("floor") and r["ms"]), default=None)
-    torch = min((r["ms"] for r in rows if r["impl"].startswith("torch") and r["ms"]), default=None)
+    torch = min((r["ms"] for r in rows if _peer_kind(r["impl"]) == "torch" and r["ms"]), default=None)
     target = 0.85 if op.endswith("backward") else 0.90
     text = f"{ours['copy_frac']:.1%}{'' if ours['copy_frac'] >= target else '*'}"
     text += f" / {floor / ours['ms']:.1%}" if floor else ""

@@ -98,9 +98,9 @@ _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 
 
-def compile_offline(source: KernelSource, arch: str) -> list[KernelReport]:
-    """Compile every declared kernel of `source` for `arch` (e.g. "sm_90") without a GPU; one report
-    per kernel (registers, spills, stack, static shared memory). Raises KernelCompileError."""
+def compile_cubin(source: KernelSource, arch: str):
+    """(object code, NVRTC's log with the ptxas -v reports, the arch compiled for) of every declared kernel of
+    `source` for `arch` (e.g. "sm_90"), without a GPU. Raises KernelCompileError."""
     from cuda.core import Program, ProgramOptions
 
     inc = cuda_include_dir()
@@ -116,8 +116,14 @@ def compile_offline(source: KernelSource, arch: str) -> list[KernelReport]:
         code = program.compile("cubin", name_expressions=tuple(source.names), logs=log)
     except Exception as e:
         raise KernelCompileError(f"cu_src/{source.filename} for {arch}: {e}\n{log.getvalue()}") from e
+    return code, log.getvalue(), arch
+
+
+def compile_offline(source: KernelSource, arch: str) -> list[KernelReport]:
+    """Compile every declared kernel of `source` for `arch` (e.g. "sm_90") without a GPU; one report
+    per kernel (registers, spills, stack, static shared memory). Raises KernelCompileError."""
+    code, text, arch = compile_cubin(source, arch)
     mangled_to_name = {(v.decode() if isinstance(v, bytes) else v): k for k, v in code.symbol_mapping.items()}
-    text = log.getvalue()
     reports = parse_ptxas_log(text, mangled_to_name, source.filename, arch)
     missing = [n for n in source.names if n not in reports]
     if missing:  # what the log held, to tell an empty log from one the parser misread (benchmarks/notes.md, session 16)
