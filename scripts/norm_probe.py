@@ -19,7 +19,7 @@ ap.add_argument("--base", help="cu_src directory of the baseline kernels")
 ap.add_argument("--base-pkg", help="a whole older checkout (cupy_kernels/ and cu_src/, e.g. `git archive REV | tar -x "
                                    "-C DIR`), imported under another name: for changes to the host code as well")
 ap.add_argument("--shapes", default="all", help="comma-separated indices into SHAPES")
-ap.add_argument("--stage-ab", action="store_true", help="A/B the staged forward (on: new, off: unstaged)")
+ap.add_argument("--stage-ab", action="store_true", help="A/B the staged forwards and backwards (on: new, off: unstaged)")
 ap.add_argument("--pipe-ab", action="store_true",
                 help="also time the backward with norm_bwd_pipelined off (nopipe) and with the one-pack form on "
                      "every length (onepack)")
@@ -54,6 +54,7 @@ tree = sources.cu_src_dir()
 TWO_PACK_FROM = dict(N.TWO_PACK_FROM)
 PARTS_PACKS = RW.PARTS_PACKS["softmax"]
 PSUB = RW.PERSISTENT_SUBWARP_BLOCK
+SOFTMAX_STAGE_BWD = S.STAGE_BWD
 SHARED = dict(getattr(N, "SHARED_BWD", {}))
 SHARED_FROM, SHARED_F32, SHARED_THREADS, SHARED_DTYPES = (SHARED.get(k) for k in ("from", "from_float32", "threads",
                                                                                    "dtypes"))
@@ -69,8 +70,9 @@ if args.base:
 
 def use(cu_dir):
     """Point the norm kernels at the sources in cu_dir (compiled on first use); "unstaged": the working
-    tree with the staged forward switched off; "nopipe" / "onepack": see --pipe-ab."""
+    tree with the staged forwards and backwards switched off; "nopipe" / "onepack": see --pipe-ab."""
     N.STAGE_FWD["on"] = S.STAGE_FWD["on"] = N.STAGE_BWD["on"] = S.WIDE_BWD["on"] = cu_dir != "unstaged"
+    S.STAGE_BWD = () if cu_dir == "unstaged" else SOFTMAX_STAGE_BWD  # softmax_bwd's staged block rows too
     if "two_ahead" in S.STAGE_FWD:
         S.STAGE_FWD["two_ahead"] = cu_dir != "oneahead"
     if hasattr(N, "PIPELINE_BWD"):
