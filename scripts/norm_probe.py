@@ -39,7 +39,8 @@ ap.add_argument("--shared-stage", default="",
 ap.add_argument("--switches", default="",
                 help="comma-separated: also time the working tree with the pipelined launches' words zeroed by a memset "
                      "(memset), norm_fwd_parts' FULL instances off (nofull), norm_bwd_shared's clusters of 8 unstaged "
-                     "(cl8unstaged) or staged (cl8staged), or norm_bwd's persistent sub-warp grids "
+                     "(cl8unstaged) or staged (cl8staged), softmax_bwd's full 8192-element rows staged at any row count "
+                     "(stagedfull), or norm_bwd's persistent sub-warp grids "
                      "in blocks of T threads (psub<T>)")
 ap.add_argument("--extra-shapes", default="", help="comma-separated ROWSxN:dtype shapes besides --shapes")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
@@ -55,6 +56,7 @@ TWO_PACK_FROM = dict(N.TWO_PACK_FROM)
 PARTS_PACKS = RW.PARTS_PACKS["softmax"]
 PSUB = RW.PERSISTENT_SUBWARP_BLOCK
 SOFTMAX_STAGE_BWD = S.STAGE_BWD
+FULL_STEPS = getattr(S, "STAGE_BWD_FULL_STEPS", None)
 SHARED = dict(getattr(N, "SHARED_BWD", {}))
 SHARED_FROM, SHARED_F32, SHARED_THREADS, SHARED_DTYPES = (SHARED.get(k) for k in ("from", "from_float32", "threads",
                                                                                    "dtypes"))
@@ -73,6 +75,8 @@ def use(cu_dir):
     tree with the staged forwards and backwards switched off; "nopipe" / "onepack": see --pipe-ab."""
     N.STAGE_FWD["on"] = S.STAGE_FWD["on"] = N.STAGE_BWD["on"] = S.WIDE_BWD["on"] = cu_dir != "unstaged"
     S.STAGE_BWD = () if cu_dir == "unstaged" else SOFTMAX_STAGE_BWD  # softmax_bwd's staged block rows too
+    if hasattr(S, "STAGE_BWD_FULL_STEPS"):  # stagedfull: softmax_bwd's full 8192-element rows staged at any length
+        S.STAGE_BWD_FULL_STEPS = 1 << 30 if cu_dir == "stagedfull" else FULL_STEPS
     if "two_ahead" in S.STAGE_FWD:
         S.STAGE_FWD["two_ahead"] = cu_dir != "oneahead"
     if hasattr(N, "PIPELINE_BWD"):
@@ -103,7 +107,7 @@ def use(cu_dir):
     k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None
     rw.PARTS_PACKS["softmax"] = k or PARTS_PACKS  # (norm_fwd_parts has one instance)
     if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead",
-                  "memset", "nofull", "cl8unstaged", "cl8staged") \
+                  "memset", "nofull", "cl8unstaged", "cl8staged", "stagedfull") \
             or t or k or str(cu_dir).startswith(("sstage", "psub")):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)

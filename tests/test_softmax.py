@@ -115,6 +115,22 @@ def test_plan_subwarp_blocks():
     assert p.path == "subwarp" and p.threads == min(rw.PERSISTENT_SUBWARP_BLOCK, 256)
 
 
+def test_staged_backward_choice():
+    """softmax_bwd stages half rows that fill a 512-thread block, except full 8192-element rows with
+    STAGE_BWD_FULL_STEPS row steps of the staged grid (two blocks an SM) or more; unaligned rows never."""
+    from cupy_kernels.ops import softmax as S
+
+    many = S.STAGE_BWD_FULL_STEPS * 2 * SMS
+    for dtype in ("float16", "bfloat16"):
+        for n, rows, staged in ((8192, many - 1, True), (8192, many, False), (8192, 10 ** 6, False),
+                                (8184, 10 ** 6, True), (6144, 10 ** 6, True), (4608, many, True)):
+            p = rw.plan(rows, n, dtype, rw.maxp(dtype), S.BWD_THREADS, SMS)
+            assert p.path == "block" and S.staged_bwd(p, dtype, 1, rows, n, SMS) == staged, (dtype, n, rows)
+            assert not S.staged_bwd(p, dtype, 0, rows, n, SMS)
+    p = rw.plan(many, 8192, "float32", rw.maxp("float32"), S.BWD_THREADS, SMS)
+    assert not S.staged_bwd(p, "float32", 1, many, 8192, SMS)
+
+
 def test_plan_long_rows():
     for n in (262144, 10 ** 7):
         ex = rw.plan(256, n, "float32", 4, 512, SMS, long_rows="exchange")
@@ -263,6 +279,27 @@ def test_backward_staged_rows(mode):
         finally:
             S.STAGE_BWD, S.WIDE_BWD["on"] = saved, True
             rw.PARTS_PIPELINED["bwd"] = True
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
+def test_backward_full_rows_unstaged(mode):
+    """Full 8192-element half rows with STAGE_BWD_FULL_STEPS row steps or more take one block a row (unstaged),
+    one row fewer the staged resident grid; both against the float64 gradient."""
+    from cupy_kernels._runtime import Call, current
+    from cupy_kernels.ops import softmax as S
+
+    fwd, grad = (ref_softmax, ref_softmax_grad) if mode == "softmax" else (ref_log_softmax, ref_log_softmax_grad)
+    many = S.STAGE_BWD_FULL_STEPS * 2 * current().sm_count
+    for dtype, rows in (("bfloat16", many), ("float16", many - 1)):
+        _, xv = make((rows, 8192), dtype)
+        yv = rounded(fwd(xv), dtype)
+        dy, dyv = make((rows, 8192), dtype, 1.0)
+        out = cupy_array(np.zeros_like(yv), dtype)
+        with Call("t", dy, "dy") as call:
+            p = S._launch(call, "bwd", mode, dtype, (cupy_array(yv, dtype), dy), out, rows, 8192)
+        assert (p.grid == rows) == (rows == many), (dtype, rows, p.grid)  # one block a row / a resident grid
+        assert rel_err(out, grad(yv, dyv)) <= 2 * TOL[dtype], (dtype, rows)
 
 
 @gpu

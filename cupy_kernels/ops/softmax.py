@@ -18,6 +18,12 @@ COUNTER_EXCHANGE = {"fwd": False, "bwd": False}  # one-launch long rows: tagged 
 # 1024x32768 bf16 79.9 -> 71.5. Smaller blocks already keep several rows per SM in flight and measured
 # slower staged (4096² f32 -5%, 32768x1024 f16 -3.5%): benchmarks/notes.md.
 STAGE_BWD = ("block", "multiblock")
+# Full 8192-element half rows (every thread's two packs whole) stay unstaged, one block a row, from this many row
+# steps of the staged grid (two blocks an SM): the GPU then hands rows to the SMs that free first, which measured
+# faster there (session 17, 8192x8192 bf16: 131.3 -> 127.8 us H100, 96.0 -> 94.8 H200; 16384x8192 f16 -3.5% /
+# -2.5%; 4096x8192 bf16 -1% H100) and slower with fewer steps (2048x8192: +2% H100, +3.5% H200) or partial packs
+# (16384x4608 f16 +8%). A probe switch.
+STAGE_BWD_FULL_STEPS = 16
 STAGE_MAX_BYTES = 40 * 1024  # the default 48 KB dynamic window, less the static scratch and exchange copy
 # Forward rows of >= 512-thread blocks staged too (rw.stage_fwd), one-block rows two rows ahead: 1024x32768 bf16
 # softmax 44.1 -> 42.2 us, log_softmax 41.9 -> 40.8 (layer_norm / rms_norm measured slower: 44.8 -> 49.6,
@@ -76,6 +82,16 @@ def stage_bytes(dtype: str, threads: int) -> int:
     return 2 * rw.maxp(dtype) * threads * 16
 
 
+def staged_bwd(p, dtype: str, al: int, rows: int, n: int, sm_count: int) -> bool:
+    """Whether a backward planned as `p` (the one-pass plan) takes the staged instance: aligned half rows that fill
+    a BWD_THREADS block, on STAGE_BWD's paths, but not full rows with STAGE_BWD_FULL_STEPS row steps or more."""
+    if not (dtype in ("float16", "bfloat16") and al and p.path in STAGE_BWD and p.threads == BWD_THREADS
+            and stage_bytes(dtype, p.threads) <= STAGE_MAX_BYTES):
+        return False
+    full = p.parts == 1 and n == rw.maxp(dtype) * BWD_THREADS * rw.vec(dtype)
+    return not (full and rows >= STAGE_BWD_FULL_STEPS * 2 * sm_count)
+
+
 def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     long_rows = "exchange" if variant == "counter" else variant if variant in ("split", "exchange") else None
     args = dict(force=variant if variant == "block" else None, long_rows=long_rows)
@@ -101,8 +117,7 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
                                                        np.int32(p.packs), np.int32(p.parts)),
                             smem, k=2 if kind == "fwd" else 1)
         return p
-    elif (kind == "bwd" and dtype in ("float16", "bfloat16") and al and p.path in STAGE_BWD
-            and p.threads == BWD_THREADS and stage_bytes(dtype, p.threads) <= STAGE_MAX_BYTES):
+    elif kind == "bwd" and staged_bwd(p, dtype, al, rows, n, current().sm_count):
         # a resident grid that loops over rows, so each block has a next row to stage
         name = _name(kind, dtype, mode, stage=True, group=g)
         kernel = SOURCE.kernel(name)
