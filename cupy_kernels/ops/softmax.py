@@ -22,8 +22,7 @@ STAGE_BWD = ("block", "multiblock")
 # steps of the staged grid (two blocks an SM): the GPU then hands rows to the SMs that free first, which measured
 # faster there (session 17, 8192x8192 bf16: 131.3 -> 127.8 us H100, 96.0 -> 94.8 H200; 16384x8192 f16 -3.5% /
 # -2.5%; 4096x8192 bf16, 15.5 steps and left staged, -1% H100) and slower with fewer steps (2048x8192: +2% H100,
-# +3.5% H200) or partial packs
-# (16384x4608 f16 +8%). A probe switch.
+# +3.5% H200) or partial packs (16384x4608 f16 +8%). A probe switch.
 STAGE_BWD_FULL_STEPS = 16
 STAGE_MAX_BYTES = 40 * 1024  # the default 48 KB dynamic window, less the static scratch and exchange copy
 # Forward rows of >= 512-thread blocks staged too (rw.stage_fwd), one-block rows two rows ahead: 1024x32768 bf16
