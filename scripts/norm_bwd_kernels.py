@@ -8,8 +8,9 @@ from collections import defaultdict
 
 import torch
 
-from cupy_kernels._runtime import current, to_cupy
+from cupy_kernels._runtime import current, to_cupy, use_shared_memory
 from cupy_kernels._runtime.tma import max_active_clusters
+from cupy_kernels.bench.softmax import tensors
 from cupy_kernels.ops import norm as N
 from cupy_kernels.ops.norm import norm_backward_impl, norm_forward_impl
 
@@ -48,12 +49,9 @@ print(torch.cuda.get_device_name(), flush=True)
 for spec in args.shapes.split(","):
     shape, dtype = spec.split(":")
     rows, n = map(int, shape.split("x"))
-    tdt = getattr(torch, dtype)
-    x = torch.randn(rows, n, device="cuda").to(tdt)
-    dy = torch.randn(rows, n, device="cuda").to(tdt)
-    w = (torch.rand(n, device="cuda") + 0.5).to(tdt)
-    b = torch.randn(n, device="cuda").to(tdt)
-    xc, dyc, wc, bc = map(to_cupy, (x, dy, w, b))
+    (_, xc), (_, dyc) = tensors((rows, n), dtype, 2)
+    (_, bc), = tensors((n,), dtype, 1)
+    wc = to_cupy((torch.rand(n, device="cuda") + 0.5).to(getattr(torch, dtype)))
     for mode in args.modes.split(","):
         bias = bc if mode == "layer_norm" else None
         _, mean, rstd = norm_forward_impl(xc, wc, bias, 1e-5, mode)
@@ -67,7 +65,7 @@ for spec in args.shapes.split(","):
                 cl, threads, packs, chunk, smem, stage, full, warps = plan
                 name = N._shared(dtype, mode, 0, cl, stage, full, warps)
                 k = N.SOURCE.kernel(name)
-                N.use_shared_memory(k, smem, name)
+                use_shared_memory(k, smem, name)
                 resident = (f" resident {max_active_clusters(k, threads, smem, cl) if cl > 1 else '?'} groups of "
                             f"{cl} x {threads} threads, {smem // 1024} KB")
             N.COLUMN_SUM_AFTER["on"] = v != "plaincolsum"

@@ -56,7 +56,7 @@ TWO_PACK_FROM = dict(N.TWO_PACK_FROM)
 PARTS_PACKS = RW.PARTS_PACKS["softmax"]
 PSUB = RW.PERSISTENT_SUBWARP_BLOCK
 SOFTMAX_STAGE_BWD = S.STAGE_BWD
-FULL_STEPS = getattr(S, "STAGE_BWD_FULL_STEPS", None)
+FULL_STEPS = S.STAGE_BWD_FULL_STEPS
 SHARED = dict(getattr(N, "SHARED_BWD", {}))
 SHARED_FROM, SHARED_F32, SHARED_THREADS, SHARED_DTYPES = (SHARED.get(k) for k in ("from", "from_float32", "threads",
                                                                                    "dtypes"))
@@ -75,8 +75,7 @@ def use(cu_dir):
     tree with the staged forwards and backwards switched off; "nopipe" / "onepack": see --pipe-ab."""
     N.STAGE_FWD["on"] = S.STAGE_FWD["on"] = N.STAGE_BWD["on"] = S.WIDE_BWD["on"] = cu_dir != "unstaged"
     S.STAGE_BWD = () if cu_dir == "unstaged" else SOFTMAX_STAGE_BWD  # softmax_bwd's staged block rows too
-    if hasattr(S, "STAGE_BWD_FULL_STEPS"):  # stagedfull: softmax_bwd's full 8192-element rows staged at any length
-        S.STAGE_BWD_FULL_STEPS = 1 << 30 if cu_dir == "stagedfull" else FULL_STEPS
+    S.STAGE_BWD_FULL_STEPS = 1 << 30 if cu_dir == "stagedfull" else FULL_STEPS  # full 8192 rows staged at any length
     if "two_ahead" in S.STAGE_FWD:
         S.STAGE_FWD["two_ahead"] = cu_dir != "oneahead"
     if hasattr(N, "PIPELINE_BWD"):
