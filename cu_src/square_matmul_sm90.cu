@@ -200,22 +200,6 @@ __host__ __device__ constexpr int tma_smem(bool store_warp) {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-  unsigned done;
-  do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  } while (!done);
-}
 // Box (c0 = column, c1 = row) of a 2-D tensor into shared memory; completes as bytes on `bar`.
 __device__ __forceinline__ void tma_load(unsigned dst, const TmaMap& map, int c0, int c1, unsigned bar) {
   asm volatile(
@@ -320,7 +304,7 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
     }
     mbar_init(smem_addr(&c_full), 2);           // both consumer warpgroups staged their halves
     mbar_init(smem_addr(&c_empty), 1);          // the store warp's TMA stores have read the tile
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_init_fence();
   }
   if constexpr (CL > 1)
     cluster_sync_all();  // the peer's barriers exist before anything multicasts or arrives there

@@ -40,7 +40,8 @@ ap.add_argument("--switches", default="",
                 help="comma-separated: also time the working tree with the pipelined launches' words zeroed by a memset "
                      "(memset), norm_fwd_parts' FULL instances off (nofull), norm_bwd_shared's clusters of 8 unstaged "
                      "(cl8unstaged) or staged (cl8staged), softmax_bwd's full 8192-element rows staged at any row count "
-                     "(stagedfull), or norm_bwd's persistent sub-warp grids "
+                     "(stagedfull), norm_bwd_ring off (noring), with 6 stages (ring6) or CTAs of up to 512 threads "
+                     "(ring512), or norm_bwd's persistent sub-warp grids "
                      "in blocks of T threads (psub<T>)")
 ap.add_argument("--extra-shapes", default="", help="comma-separated ROWSxN:dtype shapes besides --shapes")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
@@ -58,6 +59,7 @@ PSUB = RW.PERSISTENT_SUBWARP_BLOCK
 SOFTMAX_STAGE_BWD = S.STAGE_BWD
 FULL_STEPS = S.STAGE_BWD_FULL_STEPS
 SHARED = dict(getattr(N, "SHARED_BWD", {}))
+RING = dict(getattr(N, "RING_BWD", {}))
 SHARED_FROM, SHARED_F32, SHARED_THREADS, SHARED_DTYPES = (SHARED.get(k) for k in ("from", "from_float32", "threads",
                                                                                    "dtypes"))
 BASE_TWO_PACK_FROM = {"layer_norm": 8193, "rms_norm": 8192}  # the forms' switch at c2e0204 (the usual base)
@@ -101,12 +103,15 @@ def use(cu_dir):
         # registers / stage them (the default since 10b59e7 is unstaged; until session 16 every other variant staged)
         N.SHARED_BWD["stage_cl8"] = (False if cu_dir == "cl8unstaged" else True if cu_dir == "cl8staged"
                                      else SHARED["stage_cl8"])
+    if hasattr(N, "RING_BWD"):  # noring: norm_bwd_ring off; ring6: 6 stages; ring512: CTAs of at most 512 threads
+        N.RING_BWD.update(on=cu_dir != "noring", stages=6 if cu_dir == "ring6" else RING["stages"],
+                          max_threads=512 if cu_dir == "ring512" else RING["max_threads"])
     t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None
     rw.PARTS_THREADS.update(fwd=t, bwd=t)
     k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None
     rw.PARTS_PACKS["softmax"] = k or PARTS_PACKS  # (norm_fwd_parts has one instance)
     if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead",
-                  "memset", "nofull", "cl8unstaged", "cl8staged", "stagedfull") \
+                  "memset", "nofull", "cl8unstaged", "cl8staged", "stagedfull", "noring", "ring6", "ring512") \
             or t or k or str(cu_dir).startswith(("sstage", "psub")):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)

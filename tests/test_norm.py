@@ -94,6 +94,28 @@ def test_shared_plans_name_declared_kernels():
         N.SHARED_BWD.update(saved)
 
 
+def test_ring_plans():
+    """norm_bwd_ring takes rows of whole packs that split into 512-1024 threads over the fewest CTAs, names declared
+    kernels, and nothing before compute capability 9.0 or for float64."""
+    from cupy_kernels.ops import norm as N
+
+    assert N.ring_plan(32768, "bfloat16", 90)[:2] == (4, 1024)
+    assert N.ring_plan(8192, "float16", 90)[:2] == (1, 1024)
+    assert N.ring_plan(4096, "float32", 90)[:2] == (1, 1024)
+    assert N.ring_plan(24576, "bfloat16", 90)[:2] == (4, 768)
+    assert N.ring_plan(65536, "bfloat16", 90)[:2] == (8, 1024) and N.ring_plan(65536, "float32", 90) is None
+    for n, dtype, cc in ((32768, "bfloat16", 80), (8192, "float64", 90), (8200, "float16", 90), (2048, "float16", 90)):
+        assert N.ring_plan(n, dtype, cc) is None, (n, dtype, cc)
+    for dtype in N.RING_BWD["dtypes"]:
+        for n in range(rw.vec(dtype), 65537, rw.vec(dtype)):
+            if plan := N.ring_plan(n, dtype, 90):
+                cl, threads, stages, smem = plan
+                assert cl * threads * rw.vec(dtype) == n and smem == 2 * stages * threads * 16
+                for mode in N.MODES:
+                    for f in (0, 1):
+                        assert N._ring(dtype, mode, f, cl, stages) in N.SOURCE.names, (dtype, n, mode)
+
+
 def test_group_lengths_take_their_group():
     """The rows the GPU tests give the compile-time groups plan to those groups (forward and backward)."""
     from cupy_kernels.ops.norm import SHORT_BWD
@@ -354,13 +376,38 @@ def test_backward_staged_rows(mode):
                 N.SHARED_BWD["stage_threads"] = stage_threads
             if two_pack_from is not None:  # either half-type form on every length
                 N.TWO_PACK_FROM.update({m: two_pack_from for m in N.TWO_PACK_FROM})
+            N.RING_BWD["on"] = False  # (test_backward_ring)
             try:
                 what = (dtype, n, on, two_pack_from, db_by_reduce, pipelined, shared_from, threads, stage_threads)
                 check_backward_from_x_and_y(c, dtype, mode, what)
             finally:
-                N.STAGE_BWD["on"] = N.DB_BY_REDUCE["on"] = N.PIPELINE_BWD["on"] = True
+                N.STAGE_BWD["on"] = N.DB_BY_REDUCE["on"] = N.PIPELINE_BWD["on"] = N.RING_BWD["on"] = True
                 N.SHARED_BWD.update(saved_shared)
                 N.TWO_PACK_FROM.update(saved)
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
+def test_backward_ring(mode):
+    """norm_bwd_ring on one CTA and clusters of 2, 4 and 8 a row, CTAs of 512-1024 threads, 4 and 6 stages: rows
+    that wrap the ring many times, fewer rows than row groups, one row; from x and from the output."""
+    from cupy_kernels._runtime import current
+    from cupy_kernels.ops import norm as N
+
+    if current().cc < 90:
+        pytest.skip("bulk copies and clusters need compute capability 9.0")
+    saved = dict(N.RING_BWD)
+    try:
+        for dtype, n, rows in (("bfloat16", 8192, 1500), ("float16", 4096, 7), ("float32", 4096, 901),
+                               ("float16", 16384, 300), ("bfloat16", 32768, 140), ("float32", 16384, 1),
+                               ("bfloat16", 24576, 65), ("float16", 65536, 40), ("float32", 32768, 9)):
+            c = backward_case(rows, n, dtype, mode)
+            for stages in N.RING_STAGES:
+                N.RING_BWD["stages"] = stages
+                assert N.ring_plan(n, dtype, current().cc) is not None, (dtype, n)
+                check_backward_from_x_and_y(c, dtype, mode, (dtype, n, rows, stages))
+    finally:
+        N.RING_BWD.update(saved)
 
 
 @gpu
@@ -375,6 +422,7 @@ def test_backward_clusters_staged_or_not(mode):
     if current().cc < 90:
         pytest.skip("clusters need compute capability 9.0")
     saved = dict(N.SHARED_BWD)
+    N.RING_BWD["on"] = False
     try:
         for dtype, n, rows in (("bfloat16", 32768, 140), ("float16", 20000, 75), ("bfloat16", 24576, 3)):
             c = backward_case(rows, n, dtype, mode)
@@ -385,6 +433,7 @@ def test_backward_clusters_staged_or_not(mode):
                 check_backward_from_x_and_y(c, dtype, mode, (dtype, n, rows, staged))
     finally:
         N.SHARED_BWD.update(saved)
+        N.RING_BWD["on"] = True
 
 
 @gpu
@@ -444,11 +493,13 @@ def test_backward_shared_float32(mode):
 
     saved = dict(N.SHARED_BWD)
     N.SHARED_BWD["from_float32"] = 0
+    N.RING_BWD["on"] = False
     try:
         for n, rows in ((1024, 300), (4096, 200), (6000, 7), (8200, 40), (16384, 30)):
             check_backward_from_x_and_y(backward_case(rows, n, "float32", mode), "float32", mode, (n,))
     finally:
         N.SHARED_BWD.update(saved)
+        N.RING_BWD["on"] = True
 
 
 @gpu
@@ -560,8 +611,8 @@ def test_inplace_forward_and_backward_from_output(mode, dtype):
 @pytest.mark.parametrize("dtype, shape", [("float32", (3000, 700)), ("bfloat16", (3000, 2048)),
                                           ("float16", (300, 32768))])
 def test_dweight_is_deterministic(dtype, shape):
-    """The register forms (column_sum) and norm_bwd_shared (its in-kernel column sums, one CTA or a
-    cluster per row): bit-identical dweight / dbias from run to run."""
+    """The register forms (column_sum), norm_bwd_shared (its in-kernel column sums, one CTA or a cluster per row)
+    and norm_bwd_ring (32768 columns on sm_90: clusters of 4): bit-identical dweight / dbias from run to run."""
     n = shape[1]
     x, _ = make(shape, dtype)
     w, b, _, _ = affine(n, dtype, "layer_norm")

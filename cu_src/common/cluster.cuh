@@ -1,6 +1,7 @@
-// Thread-block clusters (sm_90): the CTA's rank, a cluster-wide barrier, and loads from a peer CTA's
-// shared memory. On older targets these trap: the host launches clusters only on compute capability 9.0+.
-// Also programmatic dependent launch (sm_90; no-ops before it, and when the launch did not ask for it).
+// Thread-block clusters (sm_90): the CTA's rank, a cluster-wide barrier (whole or split), and loads from a peer
+// CTA's shared memory; mbarriers and 1-D bulk copies (TMA) into shared memory. On older targets these trap: the
+// host launches them only on compute capability 9.0+. Also programmatic dependent launch (sm_90; no-ops before
+// it, and when the launch did not ask for it).
 #pragma once
 
 // The next kernel of the stream, launched after_previous (tma.py's launch), may start its blocks now.
@@ -43,5 +44,74 @@ __device__ __forceinline__ float ld_shared_cluster(const float* p, unsigned cta)
 #else
   __trap();
   return *p;
+#endif
+}
+
+// The two halves of cluster_sync_all, apart: arrive (this thread's earlier shared-memory writes released to the
+// cluster) and, later, wait (for every thread of the cluster's arrival). Each thread alternates them.
+__device__ __forceinline__ void cluster_arrive() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// mbarriers at shared-memory addresses (__cvta_generic_to_shared). mbar_wait: until the phase of `parity` completed.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+#if __CUDA_ARCH__ >= 900
+  unsigned done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+#else
+  __trap();
+#endif
+}
+// Initialised mbarriers made visible to the async proxy (the bulk copies completing on them) and the cluster.
+__device__ __forceinline__ void mbar_init_fence() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory to this CTA's shared memory at
+// `dst`, completing as bytes on the mbarrier at `bar` (which expects them: mbar_expect_tx).
+__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+#else
+  __trap();
 #endif
 }
