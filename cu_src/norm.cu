@@ -750,38 +750,21 @@ __global__ void __launch_bounds__(WARPS ? 512 : 1024, 1) norm_bwd_shared(const T
   }
 }
 
-// A split barrier over the CTAs of a row: the cluster's (CL > 1), or for one CTA an mbarrier that every thread
-// arrives on (the phase's parity kept here). Each thread alternates arrive() and wait().
-template <int CL> struct RowSplitBarrier {
-  unsigned bar, parity = 0;
-  __device__ __forceinline__ void arrive() {
-    if constexpr (CL > 1) cluster_arrive();
-    else mbar_arrive(bar);
-  }
-  __device__ __forceinline__ void wait() {
-    if constexpr (CL > 1) {
-      cluster_wait();
-    } else {
-      mbar_wait(bar, parity);
-      parity ^= 1;
-    }
-  }
-};
-
 // The backward of aligned rows whose CTA segments are one 16-byte pack a thread (n = CL * V * blockDim.x), as a
-// stream. The group's rows arrive by bulk copies (TMA) in a ring of S stages of shared memory, S - 2 rows ahead of
-// the first pass, without registers or threads tied up in the loads; a row's (c1, c2) meet across its CTAs through
-// a split barrier with a row of lag: row i + 1's first pass runs between row i's arrive and its wait, so a CTA
-// seldom idles waiting for its slowest peer. The column sums stay in registers; cluster c writes partial row c.
-// Order per row i: [first pass of i + 1, its warps' sums published] wait(i) [stage of row i - 1 refilled with row
-// i - 1 + S: every thread of the cluster passed arrive(i), after its second pass of i - 1] second pass of i,
-// arrive(i + 1). The warps' sums of row i sit in set i % 3, rewritten for row i + 3 only after wait(i + 1), which
-// every peer reaches after reading them.
-// Launch: grid = CL * groups, every CTA resident, clusters of CL (CL > 1: sm_90 clusters, the sums read through
-// distributed shared memory in rank order: every CTA adds the same total, deterministic); blockDim.x =
-// n / (CL * V), a multiple of 32, <= 1024; dynamic shared memory 2 * S * blockDim.x * 16 bytes; aligned rows;
-// sm_90 (bulk copies, mbarriers).
-template <typename T, int MODE, int FROM_OUTPUT, int CL, int S>
+// stream. The group's rows arrive by bulk copies (TMA) in a ring of S stages of shared memory, without registers or
+// threads tied up in the loads, and a row's (c1, c2) meet across its CTAs without a barrier: each warp stores its
+// sums of row i into every CTA of the cluster (slot [i % K][its rank][its warp]) and arrives on that CTA's mbarrier
+// recv[i % K], which completes when all CL * warps have. The first pass runs LAG rows ahead of the wait, so the
+// exchange's latency (~1.3 us a row with one row of lag through barrier.cluster) overlaps LAG rows' work.
+// Order per row i: first pass of row i + LAG (its stage filled) and its sums sent; wait for row i's; second pass of
+// row i (dx written, column sums in registers); the warp's share of stage i % S released (empty), and thread 0
+// refills the stage of row i - 1 with row i - 1 + S once every warp released it. A slot set is rewritten for row
+// i + K only by a peer past its wait for row i + K - LAG - 1, which needs this CTA's sums of that row, sent after
+// this CTA read row i's: safe with K = 2 LAG + 2 (likewise the recv phases).
+// Launch: grid = CL * groups, every CTA resident, clusters of CL (CL > 1: sm_90 clusters; every CTA adds the same
+// values in rank order: deterministic); blockDim.x = n / (CL * V), a multiple of 32, <= 1024; dynamic shared memory
+// 2 * S * blockDim.x * 16 bytes; aligned rows; sm_90 (bulk copies, mbarriers). Cluster c writes partial row c.
+template <typename T, int MODE, int FROM_OUTPUT, int CL, int S, int LAG>
 __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                          const T* __restrict__ w, const T* __restrict__ b,
                                                          const float* __restrict__ mean_in,
@@ -789,13 +772,13 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
                                                          float* __restrict__ dw_part, float* __restrict__ db_part,
                                                          long long rows, long long n, float inv_n) {
   launch_dependents();  // column_sum's blocks may start (they wait for this grid's end)
-  static_assert(sizeof(T) <= 4 && S >= 3, "float accumulators; stages for rows i, i + 1 and one loading");
+  static_assert(sizeof(T) <= 4 && LAG >= 1 && S >= LAG + 2, "float sums; stages for rows i..i + LAG and a load");
   typedef float A;
   typedef typename Vec16<T>::type P;
-  constexpr int V = Vec16<T>::N;
+  constexpr int V = Vec16<T>::N, K = 2 * LAG + 2;
   constexpr bool DBS = MODE == LAYER, USES_MEAN = MODE == LAYER && !FROM_OUTPUT;
-  __shared__ A sums[3][2][32];
-  __shared__ alignas(8) unsigned long long bars[S + 1];  // [s]: stage s filled; [S]: RowSplitBarrier<1>'s
+  __shared__ float2 sums[K][CL][32];  // [row % K][sender's rank][its warp]: (c1, c2)
+  __shared__ alignas(8) unsigned long long bars[2 * S + K];  // full[S] (bytes landed), empty[S] (warps), recv[K]
   extern __shared__ int4 dyn_smem[];
   const P* const ring = reinterpret_cast<const P*>(dyn_smem);  // stage s: src at [2 s T + t], dy at [(2 s + 1) T + t]
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5, warps = blockDim.x >> 5;
@@ -803,22 +786,27 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
   const long long groups = gridDim.x / CL, group = blockIdx.x / CL, begin = (long long)rank * blockDim.x * V;
   const long long count = group < rows ? (rows - 1 - group) / groups + 1 : 0;  // the same in the cluster's CTAs
   const unsigned seg = blockDim.x * 16, ring_at = (unsigned)__cvta_generic_to_shared(dyn_smem),
-                 bar_at = (unsigned)__cvta_generic_to_shared(bars);
+                 full_at = (unsigned)__cvta_generic_to_shared(bars), empty_at = full_at + 8 * S,
+                 recv_at = empty_at + 8 * S;
   auto fill = [&](long long i) {  // thread 0: row i of the group into stage i % S
-    const unsigned s = (unsigned)(i % S), bar = bar_at + 8 * s;
+    const unsigned s = (unsigned)(i % S), bar = full_at + 8 * s;
     const long long off = (group + i * groups) * n + begin;
     mbar_expect_tx(bar, 2 * seg);
     bulk_load(ring_at + 2 * s * seg, src + off, seg, bar);
     bulk_load(ring_at + (2 * s + 1) * seg, dy + off, seg, bar);
   };
   if (t == 0) {
-    for (int s = 0; s <= S; ++s) mbar_init(bar_at + 8 * s, s < S ? 1 : blockDim.x);
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full_at + 8 * s, 1);
+      mbar_init(empty_at + 8 * s, warps);
+    }
+    for (int k = 0; k < K; ++k) mbar_init(recv_at + 8 * k, CL * warps);
     mbar_init_fence();
     for (long long i = 0; i < min((long long)S, count); ++i) fill(i);
   }
-  __syncthreads();
+  if (CL > 1) cluster_sync_all();  // every CTA's barriers initialised before a peer arrives on them
+  else __syncthreads();
   if (count == 0) return;  // the whole cluster alike
-  RowSplitBarrier<CL> row_barrier{bar_at + 8 * S};
   const RowLayout<T> L{(int)(blockDim.x * V), t, (int)blockDim.x, 1, true, true};
   const P wp = column_pack<T>(w ? w + begin : nullptr, 0, L, 1.f), bp = column_pack<T>(b ? b + begin : nullptr, 0, L, 0.f);
   A aw[V], ab[DBS ? V : 1];
@@ -830,9 +818,9 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
     const long long row = group + i * groups;
     return i < count ? make_float2(USES_MEAN ? mean_in[row] : 0.f, rstd_in[row]) : make_float2(0.f, 0.f);
   };
-  auto first_pass = [&](long long i, float2 st) {  // row i's warp sums into set i % 3
-    const int s = (int)(i % S);
-    mbar_wait(bar_at + 8 * s, (unsigned)(i / S) & 1);
+  auto first_pass = [&](long long i, float2 st) {  // row i's warp sums sent to every CTA of the cluster
+    const int s = (int)(i % S), k = (int)(i % K);
+    mbar_wait(full_at + 8 * s, (unsigned)(i / S) & 1);
     const P xv = ring[2 * s * blockDim.x + t], dv = ring[(2 * s + 1) * blockDim.x + t];
     A c1 = A(0), c2 = A(0);
     bwd_sums_pack<T, MODE, FROM_OUTPUT>(xv, dv, wp, bp, st.x, st.y, c1, c2);
@@ -840,44 +828,52 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
     if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
     else c2 = group_reduce<SumOp>(c2, 32);
     if (lane == 0) {
-      sums[i % 3][0][warp] = c1;
-      sums[i % 3][1][warp] = c2;
+      if constexpr (CL > 1) {
+#pragma unroll
+        for (int r = 0; r < CL; ++r) st_shared_cluster_arrive(&sums[k][rank][warp], r, make_float2(c1, c2), recv_at + 8 * k);
+      } else {
+        sums[k][0][warp] = make_float2(c1, c2);
+        mbar_arrive(recv_at + 8 * k);
+      }
     }
   };
-  float2 cur = stats(0), next = stats(1);
-  first_pass(0, cur);
-  row_barrier.arrive();
+  for (long long j = 0; j < LAG && j < count; ++j) first_pass(j, stats(j));
+  float2 ahead = stats(LAG);
   for (long long i = 0; i < count; ++i) {
-    if (i + 1 < count) first_pass(i + 1, next);
-    const float2 ahead = stats(i + 2);
-    row_barrier.wait();
-    if (t == 0 && i >= 1 && i - 1 + S < count) fill(i - 1 + S);
-    const int set = (int)(i % 3);
+    if (i + LAG < count) first_pass(i + LAG, ahead);
+    ahead = stats(i + LAG + 1);
+    const float2 cur = stats(i);  // loaded LAG rows ago: a cache hit, its latency under the wait
+    const int k = (int)(i % K), s = (int)(i % S);
+    if (CL > 1) mbar_wait_cluster(recv_at + 8 * k, (unsigned)(i / K) & 1);
+    else mbar_wait(recv_at + 8 * k, (unsigned)(i / K) & 1);
     A c1 = A(0), c2 = A(0);
     if (lane < warps) {
 #pragma unroll
       for (int r = 0; r < CL; ++r) {  // rank order
-        if (MODE == LAYER) c1 += CL > 1 ? ld_shared_cluster(&sums[set][0][lane], r) : sums[set][0][lane];
-        c2 += CL > 1 ? ld_shared_cluster(&sums[set][1][lane], r) : sums[set][1][lane];
+        const float2 v = sums[k][r][lane];
+        c1 += v.x;
+        c2 += v.y;
       }
     }
     if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
     else c2 = group_reduce<SumOp>(c2, 32);
-    const int s = (int)(i % S);
     const P xv = ring[2 * s * blockDim.x + t], dv = ring[(2 * s + 1) * blockDim.x + t];
     P o;
     bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(xv, dv, wp, bp, cur.x, cur.y, c1 * inv_n, c2 * inv_n, o, aw, ab);
     *reinterpret_cast<P*>(dx + (group + i * groups) * n + begin + (long long)t * V) = o;
-    if (i + 1 < count) row_barrier.arrive();
-    cur = next;
-    next = ahead;
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty_at + 8 * s);  // this warp is done with stage s
+    if (t == 0 && i >= 1 && i - 1 + S < count) {  // the previous row's stage, once every warp released it
+      mbar_wait(empty_at + 8 * ((i - 1) % S), (unsigned)((i - 1) / S) & 1);
+      fill(i - 1 + S);
+    }
   }
-  if (CL > 1) cluster_sync_all();  // the peers' last reads of `sums` are done before this CTA exits
-  for (int k = 0; k < (DBS ? 2 : 1); ++k) {
-    float* out = k == 0 ? dw_part : db_part;
+  if (CL > 1) cluster_sync_all();  // no CTA exits while a peer may still address its shared memory
+  for (int kind = 0; kind < (DBS ? 2 : 1); ++kind) {
+    float* out = kind == 0 ? dw_part : db_part;
     if (out == nullptr) continue;
     float4* o = reinterpret_cast<float4*>(out + group * n + begin + (long long)t * V);
-    const A* a = k == 0 ? aw : ab;
+    const A* a = kind == 0 ? aw : ab;
 #pragma unroll
     for (int h = 0; h < V / 4; ++h) o[h] = make_float4(a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3]);
   }

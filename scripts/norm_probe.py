@@ -40,8 +40,8 @@ ap.add_argument("--switches", default="",
                 help="comma-separated: also time the working tree with the pipelined launches' words zeroed by a memset "
                      "(memset), norm_fwd_parts' FULL instances off (nofull), norm_bwd_shared's clusters of 8 unstaged "
                      "(cl8unstaged) or staged (cl8staged), softmax_bwd's full 8192-element rows staged at any row count "
-                     "(stagedfull), norm_bwd_ring off (noring), with 6 stages (ring6) or CTAs of up to 512 threads "
-                     "(ring512), or norm_bwd's persistent sub-warp grids "
+                     "(stagedfull), norm_bwd_ring off (noring), with S stages and a lag of L rows "
+                     "(ringS_L) or CTAs of up to 512 threads (ring512), or norm_bwd's persistent sub-warp grids "
                      "in blocks of T threads (psub<T>)")
 ap.add_argument("--extra-shapes", default="", help="comma-separated ROWSxN:dtype shapes besides --shapes")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
@@ -103,16 +103,16 @@ def use(cu_dir):
         # registers / stage them (the default since 10b59e7 is unstaged; until session 16 every other variant staged)
         N.SHARED_BWD["stage_cl8"] = (False if cu_dir == "cl8unstaged" else True if cu_dir == "cl8staged"
                                      else SHARED["stage_cl8"])
-    if hasattr(N, "RING_BWD"):  # noring: norm_bwd_ring off; ring6: 6 stages; ring512: CTAs of at most 512 threads
-        N.RING_BWD.update(on=cu_dir != "noring", stages=6 if cu_dir == "ring6" else RING["stages"],
-                          max_threads=512 if cu_dir == "ring512" else RING["max_threads"])
+    if hasattr(N, "RING_BWD"):  # noring: norm_bwd_ring off; ringS_L: S stages, lag L; ring512: CTAs of <= 512 threads
+        form = tuple(map(int, cu_dir[4:].split("_"))) if str(cu_dir).startswith("ring") and "_" in cu_dir else RING["form"]
+        N.RING_BWD.update(on=cu_dir != "noring", form=form, max_threads=512 if cu_dir == "ring512" else RING["max_threads"])
     t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None
     rw.PARTS_THREADS.update(fwd=t, bwd=t)
     k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None
     rw.PARTS_PACKS["softmax"] = k or PARTS_PACKS  # (norm_fwd_parts has one instance)
     if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead",
-                  "memset", "nofull", "cl8unstaged", "cl8staged", "stagedfull", "noring", "ring6", "ring512") \
-            or t or k or str(cu_dir).startswith(("sstage", "psub")):
+                  "memset", "nofull", "cl8unstaged", "cl8staged", "stagedfull", "noring", "ring512") \
+            or t or k or str(cu_dir).startswith(("sstage", "psub", "ring")):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)
     sources.read_source.cache_clear()

@@ -109,11 +109,11 @@ def test_ring_plans():
     for dtype in N.RING_BWD["dtypes"]:
         for n in range(rw.vec(dtype), 65537, rw.vec(dtype)):
             if plan := N.ring_plan(n, dtype, 90):
-                cl, threads, stages, smem = plan
-                assert cl * threads * rw.vec(dtype) == n and smem == 2 * stages * threads * 16
+                cl, threads, form, smem = plan
+                assert cl * threads * rw.vec(dtype) == n and smem == 2 * form[0] * threads * 16
                 for mode in N.MODES:
                     for f in (0, 1):
-                        assert N._ring(dtype, mode, f, cl, stages) in N.SOURCE.names, (dtype, n, mode)
+                        assert N._ring(dtype, mode, f, cl, form) in N.SOURCE.names, (dtype, n, mode)
 
 
 def test_group_lengths_take_their_group():
@@ -389,8 +389,9 @@ def test_backward_staged_rows(mode):
 @gpu
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_ring(mode):
-    """norm_bwd_ring on one CTA and clusters of 2, 4 and 8 a row, CTAs of 512-1024 threads, 4 and 6 stages: rows
-    that wrap the ring many times, fewer rows than row groups, one row; from x and from the output."""
+    """norm_bwd_ring on one CTA and clusters of 2, 4 and 8 a row, CTAs of 512-1024 threads, each (stages, lag) form:
+    rows that wrap the ring many times, fewer rows than row groups or than the lag, one row; from x and from the
+    output."""
     from cupy_kernels._runtime import current
     from cupy_kernels.ops import norm as N
 
@@ -402,10 +403,10 @@ def test_backward_ring(mode):
                                ("float16", 16384, 300), ("bfloat16", 32768, 140), ("float32", 16384, 1),
                                ("bfloat16", 24576, 65), ("float16", 65536, 40), ("float32", 32768, 9)):
             c = backward_case(rows, n, dtype, mode)
-            for stages in N.RING_STAGES:
-                N.RING_BWD["stages"] = stages
+            for form in N.RING_FORMS:
+                N.RING_BWD["form"] = form
                 assert N.ring_plan(n, dtype, current().cc) is not None, (dtype, n)
-                check_backward_from_x_and_y(c, dtype, mode, (dtype, n, rows, stages))
+                check_backward_from_x_and_y(c, dtype, mode, (dtype, n, rows, form))
     finally:
         N.RING_BWD.update(saved)
 

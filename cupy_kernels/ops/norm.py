@@ -183,28 +183,29 @@ def shared_plan(n: int, dtype: str, mode: str, cc: int):
 
 # Aligned rows whose CTA segments come to one 16-byte pack a thread (n = CL * V * threads, threads a multiple of 32
 # from RING_BWD["min_threads"] to RING_BWD["max_threads"], the fewest CTAs CL) take norm_bwd_ring on compute capability
-# 9.0: the rows streamed through a ring of RING_BWD["stages"] stages of shared memory by bulk copies, the row sums
-# exchanged with a row of lag (no CTA waits for its slowest peer each row). The switches are for the ladder and probes.
-RING_BWD = {"on": True, "stages": 4, "min_threads": 512, "max_threads": 1024,
+# 9.0: the rows streamed through a ring of shared-memory stages by bulk copies, the row sums sent to the cluster's
+# CTAs through mbarriers and awaited RING_BWD["lag"] rows later. RING_BWD["form"] = (stages, lag). The switches are
+# for the ladder and the probes.
+RING_BWD = {"on": True, "form": (6, 2), "min_threads": 512, "max_threads": 1024,
             "dtypes": ("float16", "bfloat16", "float32")}
-RING_CLUSTERS, RING_STAGES = (1, 2, 4, 8), (4, 6)
+RING_CLUSTERS, RING_FORMS = (1, 2, 4, 8), ((6, 2), (6, 1), (6, 3))
 
 
-def _ring(dtype, mode, from_output, cl, stages):
-    return f"norm_bwd_ring<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}, {stages}>"
+def _ring(dtype, mode, from_output, cl, form):
+    return f"norm_bwd_ring<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}, {form[0]}, {form[1]}>"
 
 
 def ring_plan(n: int, dtype: str, cc: int):
-    """(cluster CTAs, threads, stages, dynamic shared bytes) of norm_bwd_ring for rows of n elements, or None where
-    it does not apply (another type, a length it does not split into whole packs, or before compute capability 9.0)."""
+    """(cluster CTAs, threads, (stages, lag), dynamic shared bytes) of norm_bwd_ring for rows of n elements, or None
+    where it does not apply (another type, a length it does not split into whole packs, before compute capability 9.0)."""
     V = rw.vec(dtype)
     if not RING_BWD["on"] or cc < 90 or dtype not in RING_BWD["dtypes"] or n % V:
         return None
     for cl in RING_CLUSTERS:
         threads, rest = divmod(n // V, cl)
         if not rest and threads % 32 == 0 and RING_BWD["min_threads"] <= threads <= RING_BWD["max_threads"]:
-            stages = RING_BWD["stages"]
-            return cl, threads, stages, 2 * stages * threads * 16
+            form = RING_BWD["form"]
+            return cl, threads, form, 2 * form[0] * threads * 16
     return None
 
 
@@ -261,8 +262,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                   for f in (0, 1) for cl, st in ((1, False),) + tuple((c, True) for c in SHARED_CLUSTERS)]
                + [_shared(t, m, f, 1, True, full, True) for t in ("float16", "bfloat16", "float32") for m in MODES
                   for f in (0, 1) for full in (False, True)]
-               + [_ring(t, m, f, cl, st) for t in RING_BWD["dtypes"] for m in MODES for f in (0, 1)
-                  for cl in RING_CLUSTERS for st in RING_STAGES]
+               + [_ring(t, m, f, cl, form) for t in RING_BWD["dtypes"] for m in MODES for f in (0, 1)
+                  for cl in RING_CLUSTERS for form in RING_FORMS]
                + [_bwd_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (0, 1)]
                + [_colsum(t, cw, y) for t in FLOAT_DTYPES for cw in (1, 4) for y in COLUMN_SUM_Y]
                + [_colsum(t, 1, 32, 8) for t in FLOAT_DTYPES])
@@ -433,8 +434,8 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                                  rw.ptr(dw_part), rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n,
                                  np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts)), smem, k=2)
         elif ring:
-            cl, threads, stages, smem = ring
-            name = _ring(dtype, mode, from_output, cl, stages)
+            cl, threads, form, smem = ring
+            name = _ring(dtype, mode, from_output, cl, form)
             kernel = SOURCE.kernel(name)
             use_shared_memory(kernel, smem, name)
             resident = resident_blocks(kernel, threads, smem) if cl == 1 else max_active_clusters(kernel, threads, smem, cl)
