@@ -752,10 +752,10 @@ __global__ void __launch_bounds__(WARPS ? 512 : 1024, 1) norm_bwd_shared(const T
 
 // The backward of aligned rows whose CTA segments are one 16-byte pack a thread (n = CL * V * blockDim.x), as a
 // stream. The group's rows arrive by bulk copies (TMA) in a ring of S stages of shared memory, without registers or
-// threads tied up in the loads, and a row's (c1, c2) meet across its CTAs without a barrier: each warp stores its
-// sums of row i into every CTA of the cluster (slot [i % K][its rank][its warp]) and arrives on that CTA's mbarrier
-// recv[i % K], which completes when all CL * warps have. The first pass runs LAG rows ahead of the wait, so the
-// exchange's latency (~1.3 us a row with one row of lag through barrier.cluster) overlaps LAG rows' work.
+// threads tied up in the loads, and a row's (c1, c2) meet across its CTAs without a barrier: the warps' sums of row
+// i meet in warp 0 (mbarrier local[i % K]), which stores the CTA's total into every CTA of the cluster (slot
+// [i % K][its rank]) and arrives on that CTA's recv[i % K] (complete after CL arrivals). The first pass runs LAG
+// rows ahead of the wait, so the exchange's latency overlaps LAG rows' work.
 // Order per row i: first pass of row i + LAG (its stage filled) and its sums sent; wait for row i's; second pass of
 // row i (dx written, column sums in registers); the warp's share of stage i % S released (empty), and thread 0
 // refills the stage of row i - 1 with row i - 1 + S once every warp released it. A slot set is rewritten for row
@@ -777,8 +777,9 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N, K = 2 * LAG + 2;
   constexpr bool DBS = MODE == LAYER, USES_MEAN = MODE == LAYER && !FROM_OUTPUT;
-  __shared__ float2 sums[K][CL][32];  // [row % K][sender's rank][its warp]: (c1, c2)
-  __shared__ alignas(8) unsigned long long bars[2 * S + K];  // full[S] (bytes landed), empty[S] (warps), recv[K]
+  __shared__ float2 part[K][32], sums[K][CL];  // [row % K][warp]: this CTA's (c1, c2); [row % K][sender's rank]
+  // full[S] (a stage's bytes landed), empty[S] (its warps done), local[K] (the warps' sums in part), recv[K] (sums)
+  __shared__ alignas(8) unsigned long long bars[2 * S + 2 * K];
   extern __shared__ int4 dyn_smem[];
   const P* const ring = reinterpret_cast<const P*>(dyn_smem);  // stage s: src at [2 s T + t], dy at [(2 s + 1) T + t]
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5, warps = blockDim.x >> 5;
@@ -787,7 +788,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
   const long long count = group < rows ? (rows - 1 - group) / groups + 1 : 0;  // the same in the cluster's CTAs
   const unsigned seg = blockDim.x * 16, ring_at = (unsigned)__cvta_generic_to_shared(dyn_smem),
                  full_at = (unsigned)__cvta_generic_to_shared(bars), empty_at = full_at + 8 * S,
-                 recv_at = empty_at + 8 * S;
+                 local_at = empty_at + 8 * S, recv_at = local_at + 8 * K;
   auto fill = [&](long long i) {  // thread 0: row i of the group into stage i % S
     const unsigned s = (unsigned)(i % S), bar = full_at + 8 * s;
     const long long off = (group + i * groups) * n + begin;
@@ -800,7 +801,10 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
       mbar_init(full_at + 8 * s, 1);
       mbar_init(empty_at + 8 * s, warps);
     }
-    for (int k = 0; k < K; ++k) mbar_init(recv_at + 8 * k, CL * warps);
+    for (int k = 0; k < K; ++k) {
+      mbar_init(local_at + 8 * k, warps);
+      mbar_init(recv_at + 8 * k, CL);
+    }
     mbar_init_fence();
     for (long long i = 0; i < min((long long)S, count); ++i) fill(i);
   }
@@ -818,7 +822,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
     const long long row = group + i * groups;
     return i < count ? make_float2(USES_MEAN ? mean_in[row] : 0.f, rstd_in[row]) : make_float2(0.f, 0.f);
   };
-  auto first_pass = [&](long long i, float2 st) {  // row i's warp sums sent to every CTA of the cluster
+  auto first_pass = [&](long long i, float2 st) {  // row i's CTA sums sent to every CTA of the cluster
     const int s = (int)(i % S), k = (int)(i % K);
     mbar_wait(full_at + 8 * s, (unsigned)(i / S) & 1);
     const P xv = ring[2 * s * blockDim.x + t], dv = ring[(2 * s + 1) * blockDim.x + t];
@@ -828,12 +832,23 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
     if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
     else c2 = group_reduce<SumOp>(c2, 32);
     if (lane == 0) {
-      if constexpr (CL > 1) {
+      part[k][warp] = make_float2(c1, c2);
+      mbar_arrive(local_at + 8 * k);
+    }
+    if (warp == 0) {  // the CTA's total, in warp order, to every CTA (this one included)
+      mbar_wait(local_at + 8 * k, (unsigned)(i / K) & 1);
+      const float2 v = lane < warps ? part[k][lane] : make_float2(0.f, 0.f);
+      c1 = v.x;
+      c2 = v.y;
+      group_reduce2<A>(c1, c2, 32);
+      if (lane == 0) {
+        if constexpr (CL > 1) {
 #pragma unroll
-        for (int r = 0; r < CL; ++r) st_shared_cluster_arrive(&sums[k][rank][warp], r, make_float2(c1, c2), recv_at + 8 * k);
-      } else {
-        sums[k][0][warp] = make_float2(c1, c2);
-        mbar_arrive(recv_at + 8 * k);
+          for (int r = 0; r < CL; ++r) st_shared_cluster_arrive(&sums[k][rank], r, make_float2(c1, c2), recv_at + 8 * k);
+        } else {
+          sums[k][0] = make_float2(c1, c2);
+          mbar_arrive(recv_at + 8 * k);
+        }
       }
     }
   };
@@ -847,16 +862,12 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
     if (CL > 1) mbar_wait_cluster(recv_at + 8 * k, (unsigned)(i / K) & 1);
     else mbar_wait(recv_at + 8 * k, (unsigned)(i / K) & 1);
     A c1 = A(0), c2 = A(0);
-    if (lane < warps) {
 #pragma unroll
-      for (int r = 0; r < CL; ++r) {  // rank order
-        const float2 v = sums[k][r][lane];
-        c1 += v.x;
-        c2 += v.y;
-      }
+    for (int r = 0; r < CL; ++r) {  // rank order
+      const float2 v = sums[k][r];
+      c1 += v.x;
+      c2 += v.y;
     }
-    if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
-    else c2 = group_reduce<SumOp>(c2, 32);
     const P xv = ring[2 * s * blockDim.x + t], dv = ring[(2 * s + 1) * blockDim.x + t];
     P o;
     bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(xv, dv, wp, bp, cur.x, cur.y, c1 * inv_n, c2 * inv_n, o, aw, ab);
