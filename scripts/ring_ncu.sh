@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# ncu of norm_bwd_ring (layer_norm, from x): one CTA a row (8192^2 bf16) against clusters of 2 (2048x16384 f16)
+# and 4 (1024x32768 bf16): throughput, warp states, scheduler.
+OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
+export PYTHONPATH=.
+timeout -s KILL 200 ncu --clock-control none --kernel-name regex:"norm_bwd_ring" \
+  --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+  python3 -c "
+import cupy, cupy_kernels.ops.norm as N
+for rows, n, dt in ((8192, 8192, 'bfloat16'), (2048, 16384, 'float16'), (1024, 32768, 'bfloat16')):
+    x = cupy.random.randn(rows, n).astype(dt); w = (cupy.random.rand(n) + 0.5).astype(dt); b = cupy.random.randn(n).astype(dt)
+    y, m, r = N.norm_forward_impl(x, w, b, 1e-5, 'layer_norm')
+    N.norm_backward_impl(x, x, w, b, m, r, 'layer_norm')
+cupy.cuda.Device().synchronize()" > "$OUT/ncu.txt" 2>&1; echo "ncu exit $?"
+grep -E "norm_bwd_ring|Duration|DRAM Throughput|Memory Throughput|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|Achieved Occupancy|Cluster" "$OUT/ncu.txt" | head -60
