@@ -865,9 +865,8 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
     for (int j = 0; j < LAG + 1; ++j) st[j] = st[j + 1];
     st[LAG + 1] = stats(i + LAG + 2);
     const int k = (int)(i % K), s = (int)(i % S);
-    // CTA scope (as CUTLASS's cluster barriers): the peers' stores land in this CTA's shared memory before their
-    // arrivals; a cluster-scope acquire in every spinning thread: ncu saw L2 busy, DRAM at 30%
-    mbar_wait(recv_at + 8 * k, (unsigned)(i / K) & 1);
+    if (CL > 1) mbar_wait_cluster(recv_at + 8 * k, (unsigned)(i / K) & 1);  // the peers' stores: cluster scope
+    else mbar_wait(recv_at + 8 * k, (unsigned)(i / K) & 1);
     A c1 = A(0), c2 = A(0);
 #pragma unroll
     for (int r = 0; r < CL; ++r) {  // rank order
@@ -878,7 +877,9 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
     const P xv = ring[2 * s * blockDim.x + t], dv = ring[(2 * s + 1) * blockDim.x + t];
     P o;
     bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(xv, dv, wp, bp, cur.x, cur.y, c1 * inv_n, c2 * inv_n, o, aw, ab);
-    *reinterpret_cast<P*>(dx + (group + i * groups) * n + begin + (long long)t * V) = o;
+    // __stwb: one 16-byte store (in the cluster instances NVVM split a plain pack store into 2- and 4-byte ones)
+    __stwb(reinterpret_cast<int4*>(dx + (group + i * groups) * n + begin + (long long)t * V),
+           *reinterpret_cast<const int4*>(&o));
     __syncwarp();
     if (lane == 0) mbar_arrive(empty_at + 8 * s);  // this warp is done with stage s
     if (t == 0 && i >= 1 && i - 1 + S < count) {  // the previous row's stage, once every warp released it
@@ -893,7 +894,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
     float4* o = reinterpret_cast<float4*>(out + group * n + begin + (long long)t * V);
     const A* a = kind == 0 ? aw : ab;
 #pragma unroll
-    for (int h = 0; h < V / 4; ++h) o[h] = make_float4(a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3]);
+    for (int h = 0; h < V / 4; ++h) __stwb(o + h, make_float4(a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3]));
   }
 }
 

@@ -5,6 +5,11 @@ OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 export PYTHONPATH=.
 timeout -s KILL 200 ncu --clock-control none --kernel-name regex:"norm_bwd_ring" \
   --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+  --metrics lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_atom.sum,lts__t_sectors_op_red.sum,\
+dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed_op_global_ld.sum,smsp__inst_executed_op_global_st.sum,\
+lts__t_sectors_srcunit_tex.sum,lts__t_sectors.sum,smsp__inst_executed.sum,lts__t_requests.sum,\
+smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio \
   python3 -c "
 import cupy, cupy_kernels.ops.norm as N
 for rows, n, dt in ((8192, 8192, 'bfloat16'), (2048, 16384, 'float16'), (1024, 32768, 'bfloat16')):
@@ -12,4 +17,4 @@ for rows, n, dt in ((8192, 8192, 'bfloat16'), (2048, 16384, 'float16'), (1024, 3
     y, m, r = N.norm_forward_impl(x, w, b, 1e-5, 'layer_norm')
     N.norm_backward_impl(x, x, w, b, m, r, 'layer_norm')
 cupy.cuda.Device().synchronize()" > "$OUT/ncu.txt" 2>&1; echo "ncu exit $?"
-grep -E "norm_bwd_ring|Duration|DRAM Throughput|Memory Throughput|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|Achieved Occupancy|Cluster" "$OUT/ncu.txt" | head -60
+grep -E "lts__|dram__|smsp__|norm_bwd_ring|Duration|DRAM Throughput|Memory Throughput|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|Achieved Occupancy|Cluster" "$OUT/ncu.txt" | head -90
