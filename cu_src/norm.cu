@@ -754,8 +754,8 @@ __global__ void __launch_bounds__(WARPS ? 512 : 1024, 1) norm_bwd_shared(const T
 // stream. The group's rows arrive by bulk copies (TMA) in a ring of S stages of shared memory, without registers or
 // threads tied up in the loads, and a row's (c1, c2) meet across its CTAs without a barrier: the warps' sums of row
 // i meet in warp 0 (mbarrier local[i % K]), which stores the CTA's total into every CTA of the cluster (slot
-// [i % K][its rank]) and arrives on that CTA's recv[i % K] (complete after CL arrivals). The first pass runs LAG
-// rows ahead of the wait, so the exchange's latency overlaps LAG rows' work.
+// [i % K][its rank], st.async completing as bytes on that CTA's recv[i % K]). The first pass runs LAG rows ahead
+// of the wait, so the exchange's latency overlaps LAG rows' work.
 // Order per row i: first pass of row i + LAG (its stage filled) and its sums sent; wait for row i's; second pass of
 // row i (dx written, column sums in registers); the warp's share of stage i % S released (empty), and thread 0
 // refills the stage of row i - 1 with row i - 1 + S once every warp released it. A slot set is rewritten for row
@@ -803,9 +803,11 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
     }
     for (int k = 0; k < K; ++k) {
       mbar_init(local_at + 8 * k, warps);
-      mbar_init(recv_at + 8 * k, CL);
+      mbar_init(recv_at + 8 * k, 1);  // CL > 1: this CTA's expect_tx of the CL pairs; CL = 1: warp 0's arrival
     }
     mbar_init_fence();
+    if (CL > 1)
+      for (int k = 0; k < K; ++k) mbar_expect_tx(recv_at + 8 * k, CL * 8);
     for (long long i = 0; i < min((long long)S, count); ++i) fill(i);
   }
   if (CL > 1) cluster_sync_all();  // every CTA's barriers initialised before a peer arrives on them
@@ -844,7 +846,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
       if (lane == 0) {
         if constexpr (CL > 1) {
 #pragma unroll
-          for (int r = 0; r < CL; ++r) st_shared_cluster_arrive(&sums[k][rank], r, make_float2(c1, c2), recv_at + 8 * k);
+          for (int r = 0; r < CL; ++r) st_async_cluster(&sums[k][rank], r, make_float2(c1, c2), recv_at + 8 * k);
         } else {
           sums[k][0] = make_float2(c1, c2);
           mbar_arrive(recv_at + 8 * k);
@@ -865,8 +867,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
     for (int j = 0; j < LAG + 1; ++j) st[j] = st[j + 1];
     st[LAG + 1] = stats(i + LAG + 2);
     const int k = (int)(i % K), s = (int)(i % S);
-    if (CL > 1) mbar_wait_cluster(recv_at + 8 * k, (unsigned)(i / K) & 1);  // the peers' stores: cluster scope
-    else mbar_wait(recv_at + 8 * k, (unsigned)(i / K) & 1);
+    mbar_wait(recv_at + 8 * k, (unsigned)(i / K) & 1);
     A c1 = A(0), c2 = A(0);
 #pragma unroll
     for (int r = 0; r < CL; ++r) {  // rank order
@@ -874,6 +875,9 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
       c1 += v.x;
       c2 += v.y;
     }
+    // Slot k's next phase (row i + K) armed: its pairs come only after every thread here passed this wait (a peer
+    // sends row i + K after its wait for a row this CTA sends once all its warps are past row i)
+    if (CL > 1 && t == 0) mbar_expect_tx(recv_at + 8 * k, CL * 8);
     const P xv = ring[2 * s * blockDim.x + t], dv = ring[(2 * s + 1) * blockDim.x + t];
     P o;
     bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(xv, dv, wp, bp, cur.x, cur.y, c1 * inv_n, c2 * inv_n, o, aw, ab);

@@ -116,26 +116,14 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
 #endif
 }
 
-// Two floats stored at `p`'s offset in the shared memory of cluster CTA `cta`, then an arrival (release at cluster
-// scope: the store is visible to whoever observes the phase) on the mbarrier at `bar`'s offset there.
-__device__ __forceinline__ void st_shared_cluster_arrive(const float2* p, unsigned cta, float2 v, unsigned bar) {
+// Two floats stored at `p`'s offset in the shared memory of cluster CTA `cta` asynchronously, completing as 8 bytes
+// on the mbarrier at `bar`'s offset there (which expects them): no release fence (an mbarrier.arrive.release.cluster
+// after a plain remote store waits for this thread's outstanding global stores: ncu's membar stalls).
+__device__ __forceinline__ void st_async_cluster(const float2* p, unsigned cta, float2 v, unsigned bar) {
 #if __CUDA_ARCH__ >= 900
   asm volatile("{\n.reg .b32 ra, rb;\nmapa.shared::cluster.u32 ra, %0, %1;\nmapa.shared::cluster.u32 rb, %4, %1;\n"
-               "st.shared::cluster.v2.f32 [ra], {%2, %3};\n"
-               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [rb];\n}\n"
+               "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [ra], {%2, %3}, [rb];\n}\n"
                ::"r"((unsigned)__cvta_generic_to_shared(p)), "r"(cta), "f"(v.x), "f"(v.y), "r"(bar) : "memory");
-#else
-  __trap();
-#endif
-}
-// mbar_wait acquiring at cluster scope: the peers' stores released by their arrivals are visible after it.
-__device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity) {
-#if __CUDA_ARCH__ >= 900
-  unsigned done;
-  do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  } while (!done);
 #else
   __trap();
 #endif
