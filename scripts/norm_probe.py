@@ -103,7 +103,8 @@ def use(cu_dir):
         # registers / stage them (the default since 10b59e7 is unstaged; until session 16 every other variant staged)
         N.SHARED_BWD["stage_cl8"] = (False if cu_dir == "cl8unstaged" else True if cu_dir == "cl8staged"
                                      else SHARED["stage_cl8"])
-    if hasattr(N, "RING_BWD"):  # noring: norm_bwd_ring off; ringS_L: S stages, lag L; ring512: CTAs of <= 512 threads
+    if hasattr(N, "RING_BWD"):  # noring: norm_bwd_ring off; ringS_L: S stages, lag L (a declared RING_FORMS entry);
+        # ring512: CTAs of <= 512 threads
         form = tuple(map(int, cu_dir[4:].split("_"))) if str(cu_dir).startswith("ring") and "_" in cu_dir else RING["form"]
         N.RING_BWD.update(on=cu_dir != "noring", form=form, max_threads=512 if cu_dir == "ring512" else RING["max_threads"])
     t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None

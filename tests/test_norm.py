@@ -95,22 +95,23 @@ def test_shared_plans_name_declared_kernels():
 
 
 def test_ring_plans():
-    """norm_bwd_ring takes rows of whole packs that split into 512-1024 threads over the fewest CTAs, names declared
-    kernels, and nothing before compute capability 9.0 or for float64."""
+    """norm_bwd_ring takes rows of whole packs that split over a cluster of 2, 4 or 8 CTAs of 512-1024 threads (the
+    fewest CTAs), names declared kernels, and leaves one-CTA rows, float64 and compute capability 8.0 alone."""
     from cupy_kernels.ops import norm as N
 
     assert N.ring_plan(32768, "bfloat16", 90)[:2] == (4, 1024)
-    assert N.ring_plan(8192, "float16", 90)[:2] == (1, 1024)
-    assert N.ring_plan(4096, "float32", 90)[:2] == (1, 1024)
+    assert N.ring_plan(16384, "float16", 90)[:2] == (2, 1024)
     assert N.ring_plan(24576, "bfloat16", 90)[:2] == (4, 768)
-    assert N.ring_plan(65536, "bfloat16", 90)[:2] == (8, 1024) and N.ring_plan(65536, "float32", 90) is None
-    for n, dtype, cc in ((32768, "bfloat16", 80), (8192, "float64", 90), (8200, "float16", 90), (2048, "float16", 90)):
+    assert N.ring_plan(16384, "float32", 90)[:2] == (4, 1024)
+    assert N.ring_plan(65536, "bfloat16", 90)[:2] == (8, 1024)
+    for n, dtype, cc in ((32768, "bfloat16", 80), (16384, "float64", 90), (16392, "float16", 90), (8192, "float16", 90),
+                         (4096, "float32", 90), (65536, "float32", 90), (131072, "bfloat16", 90)):
         assert N.ring_plan(n, dtype, cc) is None, (n, dtype, cc)
     for dtype in N.RING_BWD["dtypes"]:
         for n in range(rw.vec(dtype), 65537, rw.vec(dtype)):
             if plan := N.ring_plan(n, dtype, 90):
                 cl, threads, form, smem = plan
-                assert cl * threads * rw.vec(dtype) == n and smem == 2 * form[0] * threads * 16
+                assert cl > 1 and cl * threads * rw.vec(dtype) == n and smem == 2 * form[0] * threads * 16
                 for mode in N.MODES:
                     for f in (0, 1):
                         assert N._ring(dtype, mode, f, cl, form) in N.SOURCE.names, (dtype, n, mode)
@@ -389,8 +390,8 @@ def test_backward_staged_rows(mode):
 @gpu
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_ring(mode):
-    """norm_bwd_ring on one CTA and clusters of 2, 4 and 8 a row, CTAs of 512-1024 threads, each (stages, lag) form:
-    rows that wrap the ring many times, fewer rows than row groups or than the lag, one row; from x and from the
+    """norm_bwd_ring on clusters of 2, 4 and 8 CTAs a row, CTAs of 768 and 1024 threads, every dtype: rows that wrap
+    the ring and its slots many times, fewer rows than row groups or than the lag, one row; from x and from the
     output."""
     from cupy_kernels._runtime import current
     from cupy_kernels.ops import norm as N
@@ -399,7 +400,7 @@ def test_backward_ring(mode):
         pytest.skip("bulk copies and clusters need compute capability 9.0")
     saved = dict(N.RING_BWD)
     try:
-        for dtype, n, rows in (("bfloat16", 8192, 1500), ("float16", 4096, 7), ("float32", 4096, 901),
+        for dtype, n, rows in (("bfloat16", 16384, 1500), ("float16", 12288, 7), ("float32", 8192, 901),
                                ("float16", 16384, 300), ("bfloat16", 32768, 140), ("float32", 16384, 1),
                                ("bfloat16", 24576, 65), ("float16", 65536, 40), ("float32", 32768, 9)):
             c = backward_case(rows, n, dtype, mode)

@@ -1,4 +1,4 @@
-// Thread-block clusters (sm_90): the CTA's rank, a cluster-wide barrier (whole or split), and loads from a peer
+// Thread-block clusters (sm_90): the CTA's rank, a cluster-wide barrier, loads from and asynchronous stores to a peer
 // CTA's shared memory; mbarriers and 1-D bulk copies (TMA) into shared memory. On older targets these trap: the
 // host launches them only on compute capability 9.0+. Also programmatic dependent launch (sm_90; no-ops before
 // it, and when the launch did not ask for it).
@@ -44,23 +44,6 @@ __device__ __forceinline__ float ld_shared_cluster(const float* p, unsigned cta)
 #else
   __trap();
   return *p;
-#endif
-}
-
-// The two halves of cluster_sync_all, apart: arrive (this thread's earlier shared-memory writes released to the
-// cluster) and, later, wait (for every thread of the cluster's arrival). Each thread alternates them.
-__device__ __forceinline__ void cluster_arrive() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#else
-  __trap();
 #endif
 }
 

@@ -181,14 +181,17 @@ def shared_plan(n: int, dtype: str, mode: str, cc: int):
     return cl, threads, packs, chunk, smem(packs, threads, stage), stage, full, False
 
 
-# Aligned rows whose CTA segments come to one 16-byte pack a thread (n = CL * V * threads, threads a multiple of 32
-# from RING_BWD["min_threads"] to RING_BWD["max_threads"], the fewest CTAs CL) take norm_bwd_ring on compute capability
-# 9.0: the rows streamed through a ring of shared-memory stages by bulk copies, the row sums sent to the cluster's
-# CTAs through mbarriers and awaited RING_BWD["lag"] rows later. RING_BWD["form"] = (stages, lag). The switches are
-# for the ladder and the probes.
+# Aligned rows that take a cluster of 2, 4 or 8 CTAs with one 16-byte pack a thread (n = CL * V * threads, threads a
+# multiple of 32 from RING_BWD["min_threads"] to RING_BWD["max_threads"], the fewest CTAs) take norm_bwd_ring on
+# compute capability 9.0: the rows streamed through a ring of shared-memory stages by bulk copies, each CTA's row sums
+# sent to its peers by st.async and awaited `lag` rows later, RING_BWD["form"] = (stages, lag). Measured against
+# norm_bwd_shared (H100, us, layer / rms from x): 1024x32768 bf16 93.1 -> 85.9 / 83.2 -> 80.9, 2048x16384 f16 96.4 ->
+# 83.0 / 81.1 -> 78.3, 4096x24576 bf16 242.0 -> 226.0 / 226.2 -> 213.8. One-CTA rows stay with norm_bwd_shared (the
+# ring on them: 8192² bf16 rms 139.6 -> 146.7, 4096² f32 70.2 -> 72.6); CTAs of up to 512 threads (clusters of 8 at
+# 32768) were slower (88.4 / 84.3), lags of 1 and 3 too (87.2 / 92.2 us layer). The switches are for the probes.
 RING_BWD = {"on": True, "form": (6, 2), "min_threads": 512, "max_threads": 1024,
             "dtypes": ("float16", "bfloat16", "float32")}
-RING_CLUSTERS, RING_FORMS = (1, 2, 4, 8), ((6, 2), (6, 1), (6, 3))
+RING_CLUSTERS, RING_FORMS = (2, 4, 8), ((6, 2),)
 
 
 def _ring(dtype, mode, from_output, cl, form):
@@ -197,10 +200,11 @@ def _ring(dtype, mode, from_output, cl, form):
 
 def ring_plan(n: int, dtype: str, cc: int):
     """(cluster CTAs, threads, (stages, lag), dynamic shared bytes) of norm_bwd_ring for rows of n elements, or None
-    where it does not apply (another type, a length it does not split into whole packs, before compute capability 9.0)."""
+    where it does not apply (another type, a row one CTA holds, a length it does not split into whole packs, before
+    compute capability 9.0)."""
     V = rw.vec(dtype)
-    if not RING_BWD["on"] or cc < 90 or dtype not in RING_BWD["dtypes"] or n % V:
-        return None
+    if not RING_BWD["on"] or cc < 90 or dtype not in RING_BWD["dtypes"] or n % V or n // V <= RING_BWD["max_threads"]:
+        return None  # (rows that fit one CTA: norm_bwd_shared)
     for cl in RING_CLUSTERS:
         threads, rest = divmod(n // V, cl)
         if not rest and threads % 32 == 0 and RING_BWD["min_threads"] <= threads <= RING_BWD["max_threads"]:
@@ -433,21 +437,14 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                                 (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"],
                                  rw.ptr(dw_part), rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n,
                                  np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts)), smem, k=2)
-        elif ring:
-            cl, threads, form, smem = ring
-            name = _ring(dtype, mode, from_output, cl, form)
-            kernel = SOURCE.kernel(name)
-            use_shared_memory(kernel, smem, name)
-            resident = resident_blocks(kernel, threads, smem) if cl == 1 else max_active_clusters(kernel, threads, smem, cl)
-            db_by_reduce, nrg = False, min(rows, resident)
-            dw_part = call.empty((nrg, n), acc) if want_w else None
-            db_part = call.empty((nrg, n), acc) if want_b else None
-            launch(kernel, cl * nrg, threads,
-                   (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
-                    rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n), shared_mem=smem, cluster=cl)
-        elif shared:
-            cl, threads, spacks, chunk, smem, stage, full, warps = shared
-            name = _shared(dtype, mode, from_output, cl, stage, full, warps)
+        elif ring or shared:  # a CTA or a cluster a row, one partial row per row group
+            if ring:
+                cl, threads, form, smem = ring
+                name, extra, warps = _ring(dtype, mode, from_output, cl, form), (), False
+            else:
+                cl, threads, spacks, chunk, smem, stage, full, warps = shared
+                name = _shared(dtype, mode, from_output, cl, stage, full, warps)
+                extra = (np.int64(chunk), np.int32(spacks))
             kernel = SOURCE.kernel(name)
             use_shared_memory(kernel, smem, name)
             resident = (resident_blocks(kernel, threads, smem) if cl == 1 else
@@ -458,8 +455,7 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
             db_part = call.empty((nrg, n), acc) if want_b else None
             launch(kernel, cl * groups, threads,
                    (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
-                    rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n, np.int64(chunk), np.int32(spacks)),
-                   shared_mem=smem, cluster=cl)
+                    rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n) + extra, shared_mem=smem, cluster=cl)
         elif rows and n:
             packs = bwd_packs(dtype, mode, n)
             args = dict(force=variant if variant == "block" else None, min_blocks=bwd_min_blocks(dtype, packs),
