@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call (issue 4, norm_bwd_ring): the norm backward tests, memcheck of the ring on one CTA and on
-# clusters, then scripts/norm_probe.py's backward rows with the ring off (noring), 6 stages and 512-thread CTAs.
+# One device call (issue 4, norm_bwd_ring): the norm tests (TESTS_K: a -k filter), memcheck of the ring on clusters of
+# 2 and 4, then scripts/norm_probe.py's backward rows (PROBE_SWITCHES) against the ring off (noring).
 set -u
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -8,7 +8,7 @@ timeout -s KILL ${TEST_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider te
     > "$OUT/pytest.log" 2>&1; echo "pytest exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -12
 timeout -s KILL ${SAN_TIMEOUT:-120} compute-sanitizer --tool memcheck --print-limit 5 python3 -c "
 import cupy, cupy_kernels.ops.norm as N
-for rows, n, dt in ((300, 8192, 'bfloat16'), (70, 32768, 'float16'), (5, 16384, 'float32')):
+for rows, n, dt in ((300, 16384, 'bfloat16'), (70, 32768, 'float16'), (5, 16384, 'float32')):
     x = cupy.random.randn(rows, n).astype(dt); w = (cupy.random.rand(n) + 0.5).astype(dt); b = cupy.random.randn(n).astype(dt)
     y, m, r = N.norm_forward_impl(x, w, b, 1e-5, 'layer_norm')
     assert N.ring_plan(n, dt, 90)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ncu of norm_bwd_ring (layer_norm, from x): one CTA a row (8192^2 bf16) against clusters of 2 (2048x16384 f16)
-# and 4 (1024x32768 bf16): throughput, warp states, scheduler.
+# ncu of norm_bwd_ring (layer_norm, from x; dy = x) on clusters of 2 (2048x16384 f16) and 4 (1024x32768 bf16):
+# throughput, warp states, scheduler, L2 / DRAM traffic and stall reasons. (8192^2 bf16 rows take norm_bwd_shared.)
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 export PYTHONPATH=.
 timeout -s KILL 200 ncu --clock-control none --kernel-name regex:"norm_bwd_ring" \
