@@ -14,4 +14,5 @@ for rows, n, dt in ((300, 16384, 'bfloat16'), (70, 32768, 'float16'), (5, 16384,
     assert N.ring_plan(n, dt, 90)
     N.norm_backward_impl(x, x, w, b, m, r, 'layer_norm'); N.norm_backward_impl(x, y, w, b, None, r, 'layer_norm', True)
 cupy.cuda.Device().synchronize(); print('ring memcheck ran')" > "$OUT/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -4 "$OUT/memcheck.log"
-timeout -s KILL ${PROBE_TIMEOUT:-240} python3 scripts/norm_probe.py ${PROBE_ARGS:---shapes 4,3,2 --ops "layer bwd,rms bwd" --switches noring,ring6_1,ring6_3 --extra-shapes 2048x16384:float16} 2>&1 | tee "$OUT/probe.log"
+timeout -s KILL ${PROBE_TIMEOUT:-240} python3 scripts/norm_probe.py --shapes 4,3 --ops "layer bwd,rms bwd" \
+    --switches "${PROBE_SWITCHES:-noring,ring512}" --extra-shapes 2048x16384:float16,4096x24576:bfloat16 2>&1 | tee "$OUT/probe.log"
