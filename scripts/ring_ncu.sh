@@ -9,7 +9,10 @@ timeout -s KILL 200 ncu --clock-control none --kernel-name regex:"norm_bwd_ring"
 dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed_op_global_ld.sum,smsp__inst_executed_op_global_st.sum,\
 lts__t_sectors_srcunit_tex.sum,lts__t_sectors.sum,smsp__inst_executed.sum,lts__t_requests.sum,\
 smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,\
-smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio \
+smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio \
   python3 -c "
 import cupy, cupy_kernels.ops.norm as N
 for rows, n, dt in ((8192, 8192, 'bfloat16'), (2048, 16384, 'float16'), (1024, 32768, 'bfloat16')):
