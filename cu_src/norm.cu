@@ -754,9 +754,9 @@ __global__ void __launch_bounds__(WARPS ? 512 : 1024, 1) norm_bwd_shared(const T
 // the group's rows arrive by bulk copies (TMA) in a ring of S stages of shared memory (no registers or threads tied
 // up in the loads), and a row's (c1, c2) meet across the cluster without a barrier. The warps' sums of row i meet in
 // warp 0 (mbarrier local[i % K]), which sends the CTA's total to every CTA (slot [i % K][its rank]) by st.async,
-// completing as bytes on that CTA's recv[i % K]; the first pass runs LAG rows ahead of that wait. (A cluster barrier
-// a row, or a remote store + mbarrier.arrive.release.cluster, made each sender wait for its outstanding dx stores:
-// 1024x32768 bf16 layer 128-180 us against 86 with st.async.)
+// completing as bytes on that CTA's recv[i % K]; the first pass runs LAG rows ahead of that wait. (Remote stores +
+// mbarrier.arrive.release.cluster instead: every release waits for the sender's outstanding dx stores, H100
+// 1024x32768 bf16 layer 133.8 us against 85.9 with st.async.)
 // Order per row i: first pass of row i + LAG (its stage filled) and its sums sent; wait for row i's; slot i % K
 // re-armed; second pass of row i (dx written, column sums in registers); the warp's share of stage i % S released
 // (empty), and thread 0 refills the stage of row i - 1 with row i - 1 + S once every warp released it. A peer sends
