@@ -61,6 +61,14 @@ def boundary_lengths(dtype, kind):
     return sorted({1, 2, 3, V + 1, 127, 1000, 4097, sub, sub + 1, block, block + 1, block + V, 3 * block + 5})
 
 
+@pytest.fixture
+def without_ring(monkeypatch):
+    """norm_bwd_ring off: it would take the cluster lengths a test gives the other backward forms."""
+    from cupy_kernels.ops import norm as N
+
+    monkeypatch.setitem(N.RING_BWD, "on", False)
+
+
 # ---- CPU ---------------------------------------------------------------------------------------
 
 
@@ -345,6 +353,7 @@ def test_backward_pipelined_parts(mode):
 
 
 @gpu
+@pytest.mark.usefixtures("without_ring")
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_staged_rows(mode):
     """The half-type backward forms: one pack per thread (1024-thread blocks), staged (next row's x or y
@@ -377,19 +386,18 @@ def test_backward_staged_rows(mode):
                 N.SHARED_BWD["stage_threads"] = stage_threads
             if two_pack_from is not None:  # either half-type form on every length
                 N.TWO_PACK_FROM.update({m: two_pack_from for m in N.TWO_PACK_FROM})
-            N.RING_BWD["on"] = False  # (test_backward_ring)
             try:
                 what = (dtype, n, on, two_pack_from, db_by_reduce, pipelined, shared_from, threads, stage_threads)
                 check_backward_from_x_and_y(c, dtype, mode, what)
             finally:
-                N.STAGE_BWD["on"] = N.DB_BY_REDUCE["on"] = N.PIPELINE_BWD["on"] = N.RING_BWD["on"] = True
+                N.STAGE_BWD["on"] = N.DB_BY_REDUCE["on"] = N.PIPELINE_BWD["on"] = True
                 N.SHARED_BWD.update(saved_shared)
                 N.TWO_PACK_FROM.update(saved)
 
 
 @gpu
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
-def test_backward_ring(mode):
+def test_backward_ring(mode, monkeypatch):
     """norm_bwd_ring on clusters of 2, 4 and 8 CTAs a row, CTAs of 768 and 1024 threads, every dtype: rows that wrap
     the ring and its slots many times, fewer rows than row groups or than the lag, one row; from x and from the
     output."""
@@ -398,21 +406,18 @@ def test_backward_ring(mode):
 
     if current().cc < 90:
         pytest.skip("bulk copies and clusters need compute capability 9.0")
-    saved = dict(N.RING_BWD)
-    try:
-        for dtype, n, rows in (("bfloat16", 16384, 1500), ("float16", 12288, 7), ("float32", 8192, 901),
-                               ("float16", 16384, 300), ("bfloat16", 32768, 140), ("float32", 16384, 1),
-                               ("bfloat16", 24576, 65), ("float16", 65536, 40), ("float32", 32768, 9)):
-            c = backward_case(rows, n, dtype, mode)
-            for form in N.RING_FORMS:
-                N.RING_BWD["form"] = form
-                assert N.ring_plan(n, dtype, current().cc) is not None, (dtype, n)
-                check_backward_from_x_and_y(c, dtype, mode, (dtype, n, rows, form))
-    finally:
-        N.RING_BWD.update(saved)
+    for dtype, n, rows in (("bfloat16", 16384, 1500), ("float16", 12288, 7), ("float32", 8192, 901),
+                           ("float16", 16384, 300), ("bfloat16", 32768, 140), ("float32", 16384, 1),
+                           ("bfloat16", 24576, 65), ("float16", 65536, 40), ("float32", 32768, 9)):
+        c = backward_case(rows, n, dtype, mode)
+        for form in N.RING_FORMS:
+            monkeypatch.setitem(N.RING_BWD, "form", form)
+            assert N.ring_plan(n, dtype, current().cc) is not None, (dtype, n)
+            check_backward_from_x_and_y(c, dtype, mode, (dtype, n, rows, form))
 
 
 @gpu
+@pytest.mark.usefixtures("without_ring")
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_clusters_staged_or_not(mode):
     """norm_bwd_shared's clusters of 8 (half rows of 16385-32768 elements) with rows staged in shared memory and
@@ -424,7 +429,6 @@ def test_backward_clusters_staged_or_not(mode):
     if current().cc < 90:
         pytest.skip("clusters need compute capability 9.0")
     saved = dict(N.SHARED_BWD)
-    N.RING_BWD["on"] = False
     try:
         for dtype, n, rows in (("bfloat16", 32768, 140), ("float16", 20000, 75), ("bfloat16", 24576, 3)):
             c = backward_case(rows, n, dtype, mode)
@@ -435,7 +439,6 @@ def test_backward_clusters_staged_or_not(mode):
                 check_backward_from_x_and_y(c, dtype, mode, (dtype, n, rows, staged))
     finally:
         N.SHARED_BWD.update(saved)
-        N.RING_BWD["on"] = True
 
 
 @gpu
@@ -487,6 +490,7 @@ def test_backward_in_a_cuda_graph():
 
 
 @gpu
+@pytest.mark.usefixtures("without_ring")
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_shared_float32(mode):
     """norm_bwd_shared's float32 instances, also on rows shorter than it takes by default: one CTA and
@@ -495,13 +499,11 @@ def test_backward_shared_float32(mode):
 
     saved = dict(N.SHARED_BWD)
     N.SHARED_BWD["from_float32"] = 0
-    N.RING_BWD["on"] = False
     try:
         for n, rows in ((1024, 300), (4096, 200), (6000, 7), (8200, 40), (16384, 30)):
             check_backward_from_x_and_y(backward_case(rows, n, "float32", mode), "float32", mode, (n,))
     finally:
         N.SHARED_BWD.update(saved)
-        N.RING_BWD["on"] = True
 
 
 @gpu
