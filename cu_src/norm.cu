@@ -750,10 +750,10 @@ __global__ void __launch_bounds__(WARPS ? 512 : 1024, 1) norm_bwd_shared(const T
   }
 }
 
-// The backward of rows over a cluster of CL CTAs, one 16-byte pack a thread (n = CL * V * blockDim.x), as a stream:
-// the group's rows arrive by bulk copies (TMA) in a ring of S stages of shared memory (no registers or threads tied
-// up in the loads), and a row's (c1, c2) meet across the cluster without a barrier. The warps' sums of row i meet in
-// warp 0 (mbarrier local[i % K]), which sends the CTA's total to every CTA (slot [i % K][its rank]) by st.async,
+// The backward of rows over a cluster of CL CTAs, PK 16-byte packs a thread (n = CL * PK * V * blockDim.x), as a
+// stream: the group's rows arrive by bulk copies (TMA) in a ring of S stages of shared memory (no registers or threads
+// tied up in the loads), and a row's (c1, c2) meet across the cluster without a barrier. The warps' sums of row i meet
+// in warp 0 (mbarrier local[i % K]), which sends the CTA's total to every CTA (slot [i % K][its rank]) by st.async,
 // completing as bytes on that CTA's recv[i % K]; the first pass runs LAG rows ahead of that wait. (Remote stores +
 // mbarrier.arrive.release.cluster instead: every release waits for the sender's outstanding dx stores, H100
 // 1024x32768 bf16 layer 133.8 us against 85.9 with st.async.)
@@ -761,19 +761,20 @@ __global__ void __launch_bounds__(WARPS ? 512 : 1024, 1) norm_bwd_shared(const T
 // re-armed; second pass of row i (dx written, column sums in registers); the warp's share of stage i % S released
 // (empty), and thread 0 refills the stage of row i - 1 with row i - 1 + S once every warp released it. A peer sends
 // row i + K only after its wait for row i + K - LAG - 1, whose sums this CTA sends after all its warps passed row i:
-// with K = 2 LAG + 2 slot and phase are free by then.
+// with K = 2 LAG + 2 slot and phase are free by then. Rows counted in 32 bits and addressed by pointer steps: no
+// 64-bit division or multiplication a row (the instruction issue is ~60% busy here).
 // Launch: grid = CL * groups (2 <= CL <= 8), every CTA resident, clusters of CL along x; every CTA adds the same
-// values in rank order (deterministic); blockDim.x = n / (CL * V), a multiple of 32, <= 1024; dynamic shared memory
-// 2 * S * blockDim.x * 16 bytes; aligned rows; sm_90. Cluster c writes partial row c.
-template <typename T, int MODE, int FROM_OUTPUT, int CL, int S, int LAG>
-__global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
+// values in rank order (deterministic); blockDim.x = n / (CL * PK * V), a multiple of 32, <= 1024; dynamic shared
+// memory 2 * S * PK * blockDim.x * 16 bytes; aligned rows; sm_90. Cluster c writes partial row c.
+template <typename T, int MODE, int FROM_OUTPUT, int CL, int S, int LAG, int PK = 1>
+__global__ void __launch_bounds__(1024 / PK, 1) norm_bwd_ring(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                          const T* __restrict__ w, const T* __restrict__ b,
                                                          const float* __restrict__ mean_in,
                                                          const float* __restrict__ rstd_in,
                                                          float* __restrict__ dw_part, float* __restrict__ db_part,
                                                          long long rows, long long n, float inv_n) {
   launch_dependents();  // column_sum's blocks may start (they wait for this grid's end)
-  static_assert(sizeof(T) <= 4 && CL > 1 && LAG >= 1 && S >= LAG + 2,
+  static_assert(sizeof(T) <= 4 && CL > 1 && LAG >= 1 && S >= LAG + 2 && PK >= 1,
                 "float sums; a cluster; stages for rows i..i + LAG and one loading");
   typedef float A;
   typedef typename Vec16<T>::type P;
@@ -783,18 +784,19 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
   // full[S] (a stage's bytes landed), empty[S] (its warps done), local[K] (the warps' sums in part), recv[K] (sums)
   __shared__ alignas(8) unsigned long long bars[2 * S + 2 * K];
   extern __shared__ int4 dyn_smem[];
-  const P* const ring = reinterpret_cast<const P*>(dyn_smem);  // stage s: src at [2 s T + t], dy at [(2 s + 1) T + t]
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5, warps = blockDim.x >> 5;
+  // stage s: src's packs at [2 s W + j], dy's at [(2 s + 1) W + j] (W = PK * blockDim.x); thread t's j = p T + t
+  const P* const ring = reinterpret_cast<const P*>(dyn_smem);
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5, warps = blockDim.x >> 5, W = PK * blockDim.x;
   const unsigned rank = cluster_rank();
-  const long long groups = gridDim.x / CL, group = blockIdx.x / CL, begin = (long long)rank * blockDim.x * V;
-  const long long count = group < rows ? (rows - 1 - group) / groups + 1 : 0;  // the same in the cluster's CTAs
-  const unsigned seg = blockDim.x * 16, ring_at = (unsigned)__cvta_generic_to_shared(dyn_smem),
+  const long long groups = gridDim.x / CL, group = blockIdx.x / CL, begin = (long long)rank * W * V;
+  const unsigned count = group < rows ? (unsigned)((rows - 1 - group) / groups + 1) : 0;  // the same in the cluster's CTAs
+  const unsigned seg = W * 16, ring_at = (unsigned)__cvta_generic_to_shared(dyn_smem),
                  full_at = (unsigned)__cvta_generic_to_shared(bars), empty_at = full_at + 8 * S,
                  local_at = empty_at + 8 * S, recv_at = local_at + 8 * K;
   const long long base = group * n + begin, step = groups * n;  // row i's segment at base + i * step
-  auto fill = [&](long long i) {  // thread 0: row i of the group into stage i % S
-    const unsigned s = (unsigned)(i % S), bar = full_at + 8 * s;
-    const long long off = base + i * step;
+  auto fill = [&](unsigned i, unsigned s) {  // thread 0: row i of the group into stage s = i % S
+    const unsigned bar = full_at + 8 * s;
+    const long long off = base + (long long)i * step;
     mbar_expect_tx(bar, 2 * seg);
     bulk_load(ring_at + 2 * s * seg, src + off, seg, bar);
     bulk_load(ring_at + (2 * s + 1) * seg, dy + off, seg, bar);
@@ -810,90 +812,110 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_ring(const T* __restrict__ s
     }
     mbar_init_fence();
     for (int k = 0; k < K; ++k) mbar_expect_tx(recv_at + 8 * k, CL * 8);
-    for (long long i = 0; i < min((long long)S, count); ++i) fill(i);
+    for (unsigned i = 0; i < min((unsigned)S, count); ++i) fill(i, i);
   }
   cluster_sync_all();  // every CTA's barriers initialised and armed before a peer sends to them
   if (count == 0) return;  // the whole cluster alike
-  const RowLayout<T> L{(int)(blockDim.x * V), t, (int)blockDim.x, 1, true, true};
-  const P wp = column_pack<T>(w ? w + begin : nullptr, 0, L, 1.f), bp = column_pack<T>(b ? b + begin : nullptr, 0, L, 0.f);
-  A aw[V], ab[DBS ? V : 1];
+  const RowLayout<T> L{(int)(W * V), t, (int)blockDim.x, PK, true, true};
+  P wp[PK], bp[PK];
 #pragma unroll
-  for (int e = 0; e < V; ++e) aw[e] = A(0);
+  for (int p = 0; p < PK; ++p) {
+    wp[p] = column_pack<T>(w ? w + begin : nullptr, p, L, 1.f);
+    bp[p] = column_pack<T>(b ? b + begin : nullptr, p, L, 0.f);
+  }
+  A aw[PK * V], ab[DBS ? PK * V : 1];
 #pragma unroll
-  for (int e = 0; e < (DBS ? V : 1); ++e) ab[e] = A(0);
-  auto stats = [&](long long i) {  // (mean, rstd) of row i of the group
-    const long long row = group + i * groups;
-    return i < count ? make_float2(USES_MEAN ? mean_in[row] : 0.f, rstd_in[row]) : make_float2(0.f, 0.f);
+  for (int e = 0; e < PK * V; ++e) aw[e] = A(0);
+#pragma unroll
+  for (int e = 0; e < (DBS ? PK * V : 1); ++e) ab[e] = A(0);
+  // (mean, rstd) of the group's row j, whose index is stat_row (stepped with j)
+  long long stat_row = group;
+  auto stats = [&](unsigned j) {
+    const float2 v = j < count ? make_float2(USES_MEAN ? mean_in[stat_row] : 0.f, rstd_in[stat_row])
+                               : make_float2(0.f, 0.f);
+    stat_row += groups;
+    return v;
   };
-  auto first_pass = [&](long long i, float2 st) {  // row i's CTA sums sent to every CTA of the cluster
-    const int s = (int)(i % S), k = (int)(i % K);
-    mbar_wait(full_at + 8 * s, (unsigned)(i / S) & 1);
-    const P xv = ring[2 * s * blockDim.x + t], dv = ring[(2 * s + 1) * blockDim.x + t];
+  auto first_pass = [&](unsigned j, float2 st) {  // row j's CTA sums sent to every CTA of the cluster
+    const unsigned fs = j % S, fk = j % K;
+    mbar_wait(full_at + 8 * fs, (j / S) & 1);
     A c1 = A(0), c2 = A(0);
-    bwd_sums_pack<T, MODE, FROM_OUTPUT>(xv, dv, wp, bp, st.x, st.y, c1, c2);
+#pragma unroll
+    for (int p = 0; p < PK; ++p) {
+      const P xv = ring[2 * fs * W + p * blockDim.x + t], dv = ring[(2 * fs + 1) * W + p * blockDim.x + t];
+      bwd_sums_pack<T, MODE, FROM_OUTPUT>(xv, dv, wp[p], bp[p], st.x, st.y, c1, c2);
+    }
     if (!FROM_OUTPUT) c2 *= st.y;
     if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
     else c2 = group_reduce<SumOp>(c2, 32);
     if (lane == 0) {
-      part[k][warp] = make_float2(c1, c2);
-      mbar_arrive(local_at + 8 * k);
+      part[fk][warp] = make_float2(c1, c2);
+      mbar_arrive(local_at + 8 * fk);
     }
     if (warp == 0) {  // the CTA's total, in warp order, to every CTA (this one included)
-      mbar_wait(local_at + 8 * k, (unsigned)(i / K) & 1);
-      const float2 v = lane < warps ? part[k][lane] : make_float2(0.f, 0.f);
+      mbar_wait(local_at + 8 * fk, (j / K) & 1);
+      const float2 v = lane < warps ? part[fk][lane] : make_float2(0.f, 0.f);
       c1 = v.x;
       c2 = v.y;
       group_reduce2<A>(c1, c2, 32);
       if (lane == 0)
 #pragma unroll
-        for (int r = 0; r < CL; ++r) st_async_cluster(&sums[k][rank], r, make_float2(c1, c2), recv_at + 8 * k);
+        for (int r = 0; r < CL; ++r) st_async_cluster(&sums[fk][rank], r, make_float2(c1, c2), recv_at + 8 * fk);
     }
   };
-  float2 st[LAG + 2];  // (mean, rstd) of rows i .. i + LAG + 1: rotated in registers, loaded LAG + 1 rows ahead
+  float2 st[LAG + 2];  // (mean, rstd) of rows i .. i + LAG + 1: rotated in registers
 #pragma unroll
   for (int j = 0; j < LAG + 2; ++j) st[j] = stats(j);
 #pragma unroll
   for (int j = 0; j < LAG; ++j)
     if (j < count) first_pass(j, st[j]);
-  for (long long i = 0; i < count; ++i) {
+  for (unsigned i = 0; i < count; ++i) {  // 32-bit: stage and slot by a multiply-high, not a 64-bit division
     if (i + LAG < count) first_pass(i + LAG, st[LAG]);
     const float2 cur = st[0];
 #pragma unroll
     for (int j = 0; j < LAG + 1; ++j) st[j] = st[j + 1];
     st[LAG + 1] = stats(i + LAG + 2);
-    const int k = (int)(i % K), s = (int)(i % S);
-    mbar_wait(recv_at + 8 * k, (unsigned)(i / K) & 1);
+    const unsigned ss = i % S, sk = i % K;
+    mbar_wait(recv_at + 8 * sk, (i / K) & 1);
     A c1 = A(0), c2 = A(0);
 #pragma unroll
     for (int r = 0; r < CL; ++r) {  // rank order
-      const float2 v = sums[k][r];
+      const float2 v = sums[sk][r];
       c1 += v.x;
       c2 += v.y;
     }
-    // Slot k's next phase (row i + K) armed: its pairs come only after every thread here passed this wait (a peer
+    // Slot sk's next phase (row i + K) armed: its pairs come only after every thread here passed this wait (a peer
     // sends row i + K after its wait for a row this CTA sends once all its warps are past row i)
-    if (t == 0) mbar_expect_tx(recv_at + 8 * k, CL * 8);
-    const P xv = ring[2 * s * blockDim.x + t], dv = ring[(2 * s + 1) * blockDim.x + t];
-    P o;
-    bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(xv, dv, wp, bp, cur.x, cur.y, c1 * inv_n, c2 * inv_n, o, aw, ab);
-    // __stwb: one 16-byte store (in the cluster instances NVVM split a plain pack store into 2- and 4-byte ones)
-    __stwb(reinterpret_cast<int4*>(dx + base + i * step + t * V),
-           *reinterpret_cast<const int4*>(&o));
+    if (t == 0) mbar_expect_tx(recv_at + 8 * sk, CL * 8);
+    T* const dxr = dx + base + (long long)i * step + t * V;  // this thread's first pack of row i
+#pragma unroll
+    for (int p = 0; p < PK; ++p) {
+      const P xv = ring[2 * ss * W + p * blockDim.x + t], dv = ring[(2 * ss + 1) * W + p * blockDim.x + t];
+      P o;
+      bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(xv, dv, wp[p], bp[p], cur.x, cur.y, c1 * inv_n, c2 * inv_n, o,
+                                                aw + p * V, ab + (DBS ? p * V : 0));
+      // __stwb: one 16-byte store (in the cluster instances NVVM split a plain pack store into 2- and 4-byte ones)
+      __stwb(reinterpret_cast<int4*>(dxr + p * blockDim.x * V), *reinterpret_cast<const int4*>(&o));
+    }
     __syncwarp();
-    if (lane == 0) mbar_arrive(empty_at + 8 * s);  // this warp is done with stage s
+    if (lane == 0) mbar_arrive(empty_at + 8 * ss);  // this warp is done with stage ss
     if (t == 0 && i >= 1 && i - 1 + S < count) {  // the previous row's stage, once every warp released it
-      mbar_wait(empty_at + 8 * ((i - 1) % S), (unsigned)((i - 1) / S) & 1);
-      fill(i - 1 + S);
+      mbar_wait(empty_at + 8 * ((i - 1) % S), ((i - 1) / S) & 1);
+      fill(i - 1 + S, (i - 1) % S);
     }
   }
   cluster_sync_all();  // no CTA exits while a peer may still address its shared memory
   for (int kind = 0; kind < (DBS ? 2 : 1); ++kind) {
     float* out = kind == 0 ? dw_part : db_part;
     if (out == nullptr) continue;
-    float4* o = reinterpret_cast<float4*>(out + group * n + begin + (long long)t * V);
     const A* a = kind == 0 ? aw : ab;
 #pragma unroll
-    for (int h = 0; h < V / 4; ++h) __stwb(o + h, make_float4(a[4 * h], a[4 * h + 1], a[4 * h + 2], a[4 * h + 3]));
+    for (int p = 0; p < PK; ++p) {
+      float4* o = reinterpret_cast<float4*>(out + group * n + begin + (long long)(p * blockDim.x + t) * V);
+#pragma unroll
+      for (int h = 0; h < V / 4; ++h)
+        __stwb(o + h, make_float4(a[p * V + 4 * h], a[p * V + 4 * h + 1], a[p * V + 4 * h + 2], a[p * V + 4 * h + 3]));
+    }
   }
 }
 

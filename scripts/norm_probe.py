@@ -40,8 +40,8 @@ ap.add_argument("--switches", default="",
                 help="comma-separated: also time the working tree with the pipelined launches' words zeroed by a memset "
                      "(memset), norm_fwd_parts' FULL instances off (nofull), norm_bwd_shared's clusters of 8 unstaged "
                      "(cl8unstaged) or staged (cl8staged), softmax_bwd's full 8192-element rows staged at any row count "
-                     "(stagedfull), norm_bwd_ring off (noring), with S stages and a lag of L rows "
-                     "(ringS_L) or CTAs of up to 512 threads (ring512), or norm_bwd's persistent sub-warp grids "
+                     "(stagedfull), norm_bwd_ring off (noring), with S stages and a lag of L rows, clusters of C, P packs a "
+                     "thread (ring[S_L][cl<C>][pk<P>]), CTAs of up to 512 packs (ring512), or norm_bwd's persistent sub-warp grids "
                      "in blocks of T threads (psub<T>)")
 ap.add_argument("--extra-shapes", default="", help="comma-separated ROWSxN:dtype shapes besides --shapes")
 ap.add_argument("--ops", default="layer fwd,rms fwd,layer bwd,rms bwd,softmax fwd,log_softmax fwd,softmax bwd,log_softmax bwd")
@@ -63,6 +63,25 @@ RING = dict(getattr(N, "RING_BWD", {}))
 SHARED_FROM, SHARED_F32, SHARED_THREADS, SHARED_DTYPES = (SHARED.get(k) for k in ("from", "from_float32", "threads",
                                                                                    "dtypes"))
 BASE_TWO_PACK_FROM = {"layer_norm": 8193, "rms_norm": 8192}  # the forms' switch at c2e0204 (the usual base)
+RING_CLUSTERS = getattr(N, "RING_CLUSTERS", ())
+
+
+def ring_switch(v):
+    """(form or None, clusters or None, packs or None) of a ring[S_L][cl<C>][pk<P>] switch, else None."""
+    import re
+
+    m = re.fullmatch(r"ring(?:(\d+)_(\d+))?(?:cl(\d+))?(?:pk(\d+))?", str(v))
+    if not m or not any(m.groups()):
+        return None
+    return (tuple(map(int, m.groups()[:2])) if m.group(1) else None, int(m.group(3)) if m.group(3) else None,
+            int(m.group(4)) if m.group(4) else None)
+
+
+for v in args.switches.split(","):  # the switches' ring instances, compiled with the rest
+    if (sw := ring_switch(v)) and "packs" in RING:
+        N.SOURCE.declare([N._ring(t, m, f, c, sw[0] or RING["form"], p)
+                          for t in RING["dtypes"] for m in N.MODES for f in (0, 1) for c in RING_CLUSTERS
+                          for p in ((sw[2],) if sw[2] else N.RING_PACKS)])
 ALL_NAMES = list(N.SOURCE.names)
 BASE_KERNELS = set()
 if args.base:
@@ -103,10 +122,14 @@ def use(cu_dir):
         # registers / stage them (the default since 10b59e7 is unstaged; until session 16 every other variant staged)
         N.SHARED_BWD["stage_cl8"] = (False if cu_dir == "cl8unstaged" else True if cu_dir == "cl8staged"
                                      else SHARED["stage_cl8"])
-    if hasattr(N, "RING_BWD"):  # noring: norm_bwd_ring off; ringS_L: S stages, lag L (a declared RING_FORMS entry);
-        # ring512: CTAs of <= 512 threads
-        form = tuple(map(int, cu_dir[4:].split("_"))) if str(cu_dir).startswith("ring") and "_" in cu_dir else RING["form"]
-        N.RING_BWD.update(on=cu_dir != "noring", form=form, max_threads=512 if cu_dir == "ring512" else RING["max_threads"])
+    if hasattr(N, "RING_BWD"):  # noring: norm_bwd_ring off; ring512: CTAs of <= 512 packs; ring[S_L][cl<C>][pk<P>]:
+        # S stages and a lag of L rows, clusters of C, P packs a thread (declared at the start)
+        sw = ring_switch(cu_dir)
+        form = sw[0] if sw and sw[0] else RING["form"]
+        N.RING_BWD.update(on=cu_dir != "noring", form=form, max_slots=512 if cu_dir == "ring512" else RING["max_slots"])
+        if "packs" in RING:
+            N.RING_BWD["packs"] = sw[2] if sw and sw[2] else RING["packs"]  # None: the plan's choice
+            N.RING_CLUSTERS = (sw[1],) if sw and sw[1] else RING_CLUSTERS
     t = int(cu_dir[5:]) if str(cu_dir).startswith("parts") else None
     rw.PARTS_THREADS.update(fwd=t, bwd=t)
     k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None

@@ -103,26 +103,29 @@ def test_shared_plans_name_declared_kernels():
 
 
 def test_ring_plans():
-    """norm_bwd_ring takes rows of whole packs that split over a cluster of 2, 4 or 8 CTAs of 512-1024 threads (the
-    fewest CTAs), names declared kernels, and leaves one-CTA rows, float64 and compute capability 8.0 alone."""
+    """norm_bwd_ring takes rows of whole packs that split over a cluster of 2, 4 or 8 CTAs into 512-1024 packs a CTA
+    (the fewest CTAs), a thread the most packs that leave 256 threads, names declared kernels, and leaves one-CTA
+    rows, float64 and compute capability 8.0 alone."""
     from cupy_kernels.ops import norm as N
 
-    assert N.ring_plan(32768, "bfloat16", 90)[:2] == (4, 1024)
-    assert N.ring_plan(16384, "float16", 90)[:2] == (2, 1024)
-    assert N.ring_plan(24576, "bfloat16", 90)[:2] == (4, 768)
-    assert N.ring_plan(16384, "float32", 90)[:2] == (4, 1024)
-    assert N.ring_plan(65536, "bfloat16", 90)[:2] == (8, 1024)
+    assert N.ring_plan(32768, "bfloat16", 90)[:2] + N.ring_plan(32768, "bfloat16", 90)[3:4] == (4, 256, 4)
+    assert N.ring_plan(16384, "float16", 90)[:2] + N.ring_plan(16384, "float16", 90)[3:4] == (2, 256, 4)
+    assert N.ring_plan(24576, "bfloat16", 90)[:2] + N.ring_plan(24576, "bfloat16", 90)[3:4] == (4, 384, 2)
+    assert N.ring_plan(16384, "float32", 90)[:2] + N.ring_plan(16384, "float32", 90)[3:4] == (4, 256, 4)
+    assert N.ring_plan(65536, "bfloat16", 90)[:2] + N.ring_plan(65536, "bfloat16", 90)[3:4] == (8, 256, 4)
+    assert N.ring_plan(8704, "float16", 90)[:2] + N.ring_plan(8704, "float16", 90)[3:4] == (2, 544, 1)
     for n, dtype, cc in ((32768, "bfloat16", 80), (16384, "float64", 90), (16392, "float16", 90), (8192, "float16", 90),
                          (4096, "float32", 90), (65536, "float32", 90), (131072, "bfloat16", 90)):
         assert N.ring_plan(n, dtype, cc) is None, (n, dtype, cc)
     for dtype in N.RING_BWD["dtypes"]:
         for n in range(rw.vec(dtype), 65537, rw.vec(dtype)):
             if plan := N.ring_plan(n, dtype, 90):
-                cl, threads, form, smem = plan
-                assert cl > 1 and cl * threads * rw.vec(dtype) == n and smem == 2 * form[0] * threads * 16
+                cl, threads, form, pk, smem = plan
+                assert cl > 1 and cl * pk * threads * rw.vec(dtype) == n and smem == 2 * form[0] * pk * threads * 16
+                assert threads >= 256 and threads % 32 == 0 and pk * threads <= 1024
                 for mode in N.MODES:
                     for f in (0, 1):
-                        assert N._ring(dtype, mode, f, cl, form) in N.SOURCE.names, (dtype, n, mode)
+                        assert N._ring(dtype, mode, f, cl, form, pk) in N.SOURCE.names, (dtype, n, mode)
 
 
 def test_group_lengths_take_their_group():
@@ -398,9 +401,9 @@ def test_backward_staged_rows(mode):
 @gpu
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_backward_ring(mode, monkeypatch):
-    """norm_bwd_ring on clusters of 2, 4 and 8 CTAs a row, CTAs of 768 and 1024 threads, every dtype: rows that wrap
-    the ring and its slots many times, fewer rows than row groups or than the lag, one row; from x and from the
-    output."""
+    """norm_bwd_ring on clusters of 2, 4 and 8 CTAs a row, CTAs of 768 and 1024 threads, every dtype, one and two
+    packs a thread: rows that wrap the ring and its slots many times, fewer rows than row groups or than the lag, one
+    row; from x and from the output."""
     from cupy_kernels._runtime import current
     from cupy_kernels.ops import norm as N
 
@@ -411,9 +414,13 @@ def test_backward_ring(mode, monkeypatch):
                            ("bfloat16", 24576, 65), ("float16", 65536, 40), ("float32", 32768, 9)):
         c = backward_case(rows, n, dtype, mode)
         for form in N.RING_FORMS:
-            monkeypatch.setitem(N.RING_BWD, "form", form)
-            assert N.ring_plan(n, dtype, current().cc) is not None, (dtype, n)
-            check_backward_from_x_and_y(c, dtype, mode, (dtype, n, rows, form))
+            for pk in N.RING_PACKS:
+                monkeypatch.setitem(N.RING_BWD, "form", form)
+                monkeypatch.setitem(N.RING_BWD, "packs", pk)
+                if N.ring_plan(n, dtype, current().cc) is not None:
+                    check_backward_from_x_and_y(c, dtype, mode, (dtype, n, rows, form, pk))
+                else:
+                    assert pk > 1, (dtype, n)  # every case takes the ring with one pack a thread
 
 
 @gpu

@@ -181,35 +181,46 @@ def shared_plan(n: int, dtype: str, mode: str, cc: int):
     return cl, threads, packs, chunk, smem(packs, threads, stage), stage, full, False
 
 
-# Aligned rows that take a cluster of 2, 4 or 8 CTAs with one 16-byte pack a thread (n = CL * V * threads, threads a
-# multiple of 32 from RING_BWD["min_threads"] to RING_BWD["max_threads"], the fewest CTAs) take norm_bwd_ring on
-# compute capability 9.0: the rows streamed through a ring of shared-memory stages by bulk copies, each CTA's row sums
-# sent to its peers by st.async and awaited `lag` rows later, RING_BWD["form"] = (stages, lag). Measured against
-# norm_bwd_shared (H100, us, layer / rms from x): 1024x32768 bf16 93.1 -> 85.9 / 83.2 -> 80.9, 2048x16384 f16 96.4 ->
-# 83.0 / 81.1 -> 78.3, 4096x24576 bf16 242.0 -> 226.0 / 226.2 -> 213.8. One-CTA rows stay with norm_bwd_shared (the
-# ring on them: 8192² bf16 rms 139.6 -> 146.7, 4096² f32 70.2 -> 72.6); CTAs of up to 512 threads (clusters of 8 at
-# 32768) were slower (88.4 / 84.3), lags of 1 and 3 too (87.2 / 92.2 us layer). The switches are for the probes.
-RING_BWD = {"on": True, "form": (6, 2), "min_threads": 512, "max_threads": 1024,
+# Aligned rows that split over a cluster of 2, 4 or 8 CTAs into RING_BWD["min_slots"]-["max_slots"] 16-byte packs a
+# CTA (a multiple of 32; the fewest CTAs) take norm_bwd_ring on compute capability 9.0: the rows streamed through a
+# ring of shared-memory stages by bulk copies, each CTA's row sums sent to its peers by st.async and awaited `lag` rows
+# later, RING_BWD["form"] = (stages, lag). A thread takes the most packs (RING_PACKS) that leave at least
+# RING_BWD["min_threads"] threads a CTA: the ring is issue-bound, and the per-row work of a warp (reductions, waits,
+# addressing) spreads over more elements. Measured (us, layer / rms from x; benchmarks/notes.md, issue 4, session
+# 19), H100: 1024x32768 bf16 85.7 (one pack, session 18) -> 82.6 (32-bit row counters) -> 80.1 (two
+# packs) -> 79.6 (four) / 80.3 -> 78.3 -> 76.2 -> 75.2; H200: 81.0 -> 71.1 -> 65.8 -> 65.2 / 71.9 -> 64.3 -> 60.5 ->
+# 60.8; 4096x24576 bf16 (768 packs a CTA), H200: 187.2 (one) -> 174.4 (two) vs 182.5 (four: 192 threads). One-CTA
+# rows stay with norm_bwd_shared (the ring on them: 8192² bf16 rms 139.6 -> 146.7, 4096² f32 70.2 -> 72.6, H100,
+# session 18); clusters of 8 at 32768 were slower (H200 66.7 / 63.2 us with two packs), and so were three stages
+# with a lag of 1 (two CTAs an SM: ~100 us). RING_BWD["packs"] forces a count (the probes).
+RING_BWD = {"on": True, "form": (6, 2), "packs": None, "min_slots": 512, "max_slots": 1024, "min_threads": 256,
             "dtypes": ("float16", "bfloat16", "float32")}
-RING_CLUSTERS, RING_FORMS = (2, 4, 8), ((6, 2),)
+RING_CLUSTERS, RING_FORMS, RING_PACKS = (2, 4, 8), ((6, 2),), (1, 2, 4)
 
 
-def _ring(dtype, mode, from_output, cl, form):
-    return f"norm_bwd_ring<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}, {form[0]}, {form[1]}>"
+def _ring(dtype, mode, from_output, cl, form, packs):
+    return (f"norm_bwd_ring<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}, {form[0]}, {form[1]}, "
+            f"{packs}>")
 
 
 def ring_plan(n: int, dtype: str, cc: int):
-    """(cluster CTAs, threads, (stages, lag), dynamic shared bytes) of norm_bwd_ring for rows of n elements, or None
-    where it does not apply (another type, a row one CTA holds, a length it does not split into whole packs, before
-    compute capability 9.0)."""
+    """(cluster CTAs, threads, (stages, lag), packs a thread, dynamic shared bytes) of norm_bwd_ring for rows of n
+    elements, or None where it does not apply (another type, a row one CTA holds, a length it does not split into
+    whole packs, before compute capability 9.0)."""
     V = rw.vec(dtype)
-    if not RING_BWD["on"] or cc < 90 or dtype not in RING_BWD["dtypes"] or n % V or n // V <= RING_BWD["max_threads"]:
+    if not RING_BWD["on"] or cc < 90 or dtype not in RING_BWD["dtypes"] or n % V or n // V <= RING_BWD["max_slots"]:
         return None  # (rows that fit one CTA: norm_bwd_shared)
+    form = RING_BWD["form"]
     for cl in RING_CLUSTERS:
-        threads, rest = divmod(n // V, cl)
-        if not rest and threads % 32 == 0 and RING_BWD["min_threads"] <= threads <= RING_BWD["max_threads"]:
-            form = RING_BWD["form"]
-            return cl, threads, form, 2 * form[0] * threads * 16
+        slots, rest = divmod(n // V, cl)  # packs a CTA
+        if rest or slots % 32 or not RING_BWD["min_slots"] <= slots <= RING_BWD["max_slots"]:
+            continue
+        forced = RING_BWD["packs"]
+        for pk in (forced,) if forced else sorted(RING_PACKS, reverse=True):
+            threads, rest = divmod(slots, pk)
+            if not rest and threads % 32 == 0 and (forced or threads >= RING_BWD["min_threads"]):
+                return cl, threads, form, pk, 2 * form[0] * slots * 16
+        return None
     return None
 
 
@@ -266,8 +277,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                   for f in (0, 1) for cl, st in ((1, False),) + tuple((c, True) for c in SHARED_CLUSTERS)]
                + [_shared(t, m, f, 1, True, full, True) for t in ("float16", "bfloat16", "float32") for m in MODES
                   for f in (0, 1) for full in (False, True)]
-               + [_ring(t, m, f, cl, form) for t in RING_BWD["dtypes"] for m in MODES for f in (0, 1)
-                  for cl in RING_CLUSTERS for form in RING_FORMS]
+               + [_ring(t, m, f, cl, form, pk) for t in RING_BWD["dtypes"] for m in MODES for f in (0, 1)
+                  for cl in RING_CLUSTERS for form in RING_FORMS for pk in RING_PACKS]
                + [_bwd_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (0, 1)]
                + [_colsum(t, cw, y) for t in FLOAT_DTYPES for cw in (1, 4) for y in COLUMN_SUM_Y]
                + [_colsum(t, 1, 32, 8) for t in FLOAT_DTYPES])
@@ -439,8 +450,8 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                                  np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts)), smem, k=2)
         elif ring or shared:  # a CTA or a cluster a row, one partial row per row group
             if ring:
-                cl, threads, form, smem = ring
-                name, extra, warps = _ring(dtype, mode, from_output, cl, form), (), False
+                cl, threads, form, pk, smem = ring
+                name, extra, warps = _ring(dtype, mode, from_output, cl, form, pk), (), False
             else:
                 cl, threads, spacks, chunk, smem, stage, full, warps = shared
                 name = _shared(dtype, mode, from_output, cl, stage, full, warps)
