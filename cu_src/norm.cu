@@ -761,8 +761,8 @@ __global__ void __launch_bounds__(WARPS ? 512 : 1024, 1) norm_bwd_shared(const T
 // re-armed; second pass of row i (dx written, column sums in registers); the warp's share of stage i % S released
 // (empty), and thread 0 refills the stage of row i - 1 with row i - 1 + S once every warp released it. A peer sends
 // row i + K only after its wait for row i + K - LAG - 1, whose sums this CTA sends after all its warps passed row i:
-// with K = 2 LAG + 2 slot and phase are free by then. Rows counted in 32 bits and addressed by pointer steps: no
-// 64-bit division or multiplication a row (the instruction issue is ~60% busy here).
+// with K = 2 LAG + 2 slot and phase are free by then. Rows counted in 32 bits: stage, slot and parity by a
+// multiply-high, not a 64-bit division (the loop is issue-bound: 435 -> 376 SASS instructions).
 // Launch: grid = CL * groups (2 <= CL <= 8), every CTA resident, clusters of CL along x; every CTA adds the same
 // values in rank order (deterministic); blockDim.x = n / (CL * PK * V), a multiple of 32, <= 1024; dynamic shared
 // memory 2 * S * PK * blockDim.x * 16 bytes; aligned rows; sm_90. Cluster c writes partial row c.
@@ -789,7 +789,8 @@ __global__ void __launch_bounds__(1024 / PK, 1) norm_bwd_ring(const T* __restric
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5, warps = blockDim.x >> 5, W = PK * blockDim.x;
   const unsigned rank = cluster_rank();
   const long long groups = gridDim.x / CL, group = blockIdx.x / CL, begin = (long long)rank * W * V;
-  const unsigned count = group < rows ? (unsigned)((rows - 1 - group) / groups + 1) : 0;  // the same in the cluster's CTAs
+  // the group's rows, the same in the cluster's CTAs
+  const unsigned count = group < rows ? (unsigned)((rows - 1 - group) / groups + 1) : 0;
   const unsigned seg = W * 16, ring_at = (unsigned)__cvta_generic_to_shared(dyn_smem),
                  full_at = (unsigned)__cvta_generic_to_shared(bars), empty_at = full_at + 8 * S,
                  local_at = empty_at + 8 * S, recv_at = local_at + 8 * K;
