@@ -310,8 +310,8 @@ __device__ __forceinline__ A bwd_xhat(A v, A wv, A bv, A mean, A rstd) {
 // First pass over one pack, added to this thread's share: c1 += sum(g), c2 += sum(g * xhat), g = dy * w. From
 // x: sum(g * (x - mean)), times rstd by the caller; from the output, g * xhat = dy * (y - b): no division.
 template <typename T, int MODE, int FROM_OUTPUT, typename A = typename AccOf<T>::type,
-          typename P = typename Vec16<T>::type>
-__device__ __forceinline__ void bwd_sums_pack(const P& x, const P& d, const P& wp, const P& bp, A mean, A rstd, A& c1,
+          typename P = typename Vec16<T>::type, typename WP = P>
+__device__ __forceinline__ void bwd_sums_pack(const P& x, const P& d, const WP& wp, const P& bp, A mean, A rstd, A& c1,
                                               A& c2) {
 #pragma unroll
   for (int e = 0; e < Vec16<T>::N; ++e) {
@@ -340,13 +340,17 @@ __device__ __forceinline__ void bwd_sums(const P (&rx)[MAXP], const P (&rd)[MAXP
 }
 
 // Second pass over one pack: o = its dx (c1, c2: the row means of g and g * xhat), and the column sums
-// of its V elements accumulated: aw[e] += dy * xhat, with DBS ab[e] += dy.
+// of its V elements accumulated: aw[e] += dy * xhat, with DBS ab[e] += dy. Layer norm's dx as two FMAs,
+// g * rstd - rstd * c1 - xhat * rstd * c2; a half type's xhat from x as x * rstd - mean * rstd (as the
+// forward: its rounding, ~2^-24 |mean| rstd, is far below the input's own 2^-8..2^-11 |x| rstd).
 template <typename T, int MODE, int FROM_OUTPUT, bool DBS, typename A = typename AccOf<T>::type,
-          typename P = typename Vec16<T>::type>
-__device__ __forceinline__ void bwd_write_pack(const P& x, const P& d, const P& wp, const P& bp, A mean, A rstd,
+          typename P = typename Vec16<T>::type, typename WP = P>
+__device__ __forceinline__ void bwd_write_pack(const P& x, const P& d, const WP& wp, const P& bp, A mean, A rstd,
                                                A c1, A c2, P& o, A* aw, A* ab) {
   constexpr int V = Vec16<T>::N;
   constexpr int S = sizeof(T) == 2 ? 2 : 1;  // elements converted together (store2)
+  constexpr bool SHIFT = MODE == LAYER && !FROM_OUTPUT && sizeof(T) == 2;
+  const A shift = -mean * rstd, rc1 = -rstd * c1, rc2 = rstd * c2;
 #pragma unroll
   for (int e0 = 0; e0 < V; e0 += S) {
     A pair[2];
@@ -354,9 +358,10 @@ __device__ __forceinline__ void bwd_write_pack(const P& x, const P& d, const P& 
     for (int h = 0; h < S; ++h) {
       const int e = e0 + h;
       const A wv = elem<A>(wp, e), dv = elem<A>(d, e);
-      const A xh = bwd_xhat<MODE, FROM_OUTPUT>(elem<A>(x, e), wv, elem<A>(bp, e), mean, rstd);
+      const A xh = SHIFT ? elem<A>(x, e) * rstd + shift
+                         : bwd_xhat<MODE, FROM_OUTPUT>(elem<A>(x, e), wv, elem<A>(bp, e), mean, rstd);
       const A g = dv * wv;
-      pair[h] = rstd * (MODE == LAYER ? g - c1 - xh * c2 : g - xh * c2);
+      pair[h] = MODE == LAYER ? g * rstd + rc1 - xh * rc2 : rstd * (g - xh * c2);
       aw[e] += dv * xh;
       if constexpr (DBS) ab[e] += dv;
     }
@@ -766,6 +771,8 @@ __global__ void __launch_bounds__(WARPS ? 512 : 1024, 1) norm_bwd_shared(const T
 // Launch: grid = CL * groups (2 <= CL <= 8), every CTA resident, clusters of CL along x; every CTA adds the same
 // values in rank order (deterministic); blockDim.x = n / (CL * PK * V), a multiple of 32, <= 1024; dynamic shared
 // memory 2 * S * PK * blockDim.x * 16 bytes; aligned rows; sm_90. Cluster c writes partial row c.
+template <typename T, bool FLOATS> struct RingWeight { typedef typename Vec16<T>::type type; };
+template <typename T> struct RingWeight<T, true> { typedef Pack<float, Vec16<T>::N> type; };
 template <typename T, int MODE, int FROM_OUTPUT, int CL, int S, int LAG, int PK = 1>
 __global__ void __launch_bounds__(1024 / PK, 1) norm_bwd_ring(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                          const T* __restrict__ w, const T* __restrict__ b,
@@ -818,10 +825,18 @@ __global__ void __launch_bounds__(1024 / PK, 1) norm_bwd_ring(const T* __restric
   cluster_sync_all();  // every CTA's barriers initialised and armed before a peer sends to them
   if (count == 0) return;  // the whole cluster alike
   const RowLayout<T> L{(int)(W * V), t, (int)blockDim.x, PK, true, true};
-  P wp[PK], bp[PK];
+  // With PK > 1 (<= 512 threads, >= 128 registers) the weight as floats: no conversion an element a pass.
+  typename RingWeight<T, (PK > 1)>::type wp[PK];
+  P bp[PK];
 #pragma unroll
   for (int p = 0; p < PK; ++p) {
-    wp[p] = column_pack<T>(w ? w + begin : nullptr, p, L, 1.f);
+    const P wv = column_pack<T>(w ? w + begin : nullptr, p, L, 1.f);
+    if constexpr (PK > 1) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) wp[p].v[e] = elem<A>(wv, e);
+    } else {
+      wp[p] = wv;
+    }
     bp[p] = column_pack<T>(b ? b + begin : nullptr, p, L, 0.f);
   }
   A aw[PK * V], ab[DBS ? PK * V : 1];
@@ -905,17 +920,26 @@ __global__ void __launch_bounds__(1024 / PK, 1) norm_bwd_ring(const T* __restric
       fill(i - 1 + S, (i - 1) % S);
     }
   }
-  cluster_sync_all();  // no CTA exits while a peer may still address its shared memory
+  cluster_sync_all();  // no CTA exits while a peer may still address its shared memory; the ring's stages are free
+  // The partial rows through the idle ring (W V floats a kind <= 2 S seg bytes) and out by bulk stores: whole lines
+  // (H100: plain float4 stores at a 32-byte lane stride cost 3x their bytes in L2 write sectors).
+  float4* const stage = reinterpret_cast<float4*>(dyn_smem);
   for (int kind = 0; kind < (DBS ? 2 : 1); ++kind) {
-    float* out = kind == 0 ? dw_part : db_part;
-    if (out == nullptr) continue;
     const A* a = kind == 0 ? aw : ab;
 #pragma unroll
-    for (int p = 0; p < PK; ++p) {
-      float4* o = reinterpret_cast<float4*>(out + group * n + begin + (long long)(p * blockDim.x + t) * V);
+    for (int p = 0; p < PK; ++p)
 #pragma unroll
       for (int h = 0; h < V / 4; ++h)
-        __stwb(o + h, make_float4(a[p * V + 4 * h], a[p * V + 4 * h + 1], a[p * V + 4 * h + 2], a[p * V + 4 * h + 3]));
+        stage[(kind * W + p * blockDim.x + t) * (V / 4) + h] =
+            make_float4(a[p * V + 4 * h], a[p * V + 4 * h + 1], a[p * V + 4 * h + 2], a[p * V + 4 * h + 3]);
+  }
+  fence_proxy_async_shared();
+  __syncthreads();
+  if (t < (DBS ? 2 : 1)) {  // thread k stores kind k
+    float* out = t == 0 ? dw_part : db_part;
+    if (out != nullptr) {
+      bulk_store(out + group * n + begin, ring_at + t * W * V * 4, W * V * 4);
+      bulk_store_wait();
     }
   }
 }

@@ -73,3 +73,17 @@ __device__ __forceinline__ void st_async_cluster(const float2* p, unsigned cta, 
                     "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [ra], {%2, %3}, [rb];\n}\n"
                     ::"r"((unsigned)__cvta_generic_to_shared(p)), "r"(cta), "f"(v.x), "f"(v.y), "r"(bar) : "memory"));
 }
+// Generic-proxy writes of this thread to shared memory made visible to later bulk copies (bulk_store).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  SM90(asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"));
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from this CTA's shared memory at `src` to global
+// memory, whole lines (plain 16-byte stores at a 32-byte lane stride write half sectors); bulk_store_wait: until
+// this thread's bulk stores are done (shared memory free, global writes performed).
+__device__ __forceinline__ void bulk_store(void* dst, unsigned src, unsigned bytes) {
+  SM90(asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                    "cp.async.bulk.commit_group;\n" ::"l"(dst), "r"(src), "r"(bytes) : "memory"));
+}
+__device__ __forceinline__ void bulk_store_wait() {
+  SM90(asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"));
+}
