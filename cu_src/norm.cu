@@ -340,7 +340,7 @@ __device__ __forceinline__ void bwd_sums(const P (&rx)[MAXP], const P (&rd)[MAXP
 }
 
 // Second pass over one pack: o = its dx (c1, c2: the row means of g and g * xhat), and the column sums
-// of its V elements accumulated: aw[e] += dy * xhat, with DBS ab[e] += dy. Layer norm's dx as two FMAs,
+// of its V elements accumulated: aw[e] += dy * xhat, with DBS ab[e] += dy. Layer norm's dx from x as two FMAs,
 // g * rstd - rstd * c1 - xhat * rstd * c2; a half type's xhat from x as x * rstd - mean * rstd (as the
 // forward: its rounding, ~2^-24 |mean| rstd, is far below the input's own 2^-8..2^-11 |x| rstd).
 template <typename T, int MODE, int FROM_OUTPUT, bool DBS, typename A = typename AccOf<T>::type,
@@ -361,7 +361,8 @@ __device__ __forceinline__ void bwd_write_pack(const P& x, const P& d, const WP&
       const A xh = SHIFT ? elem<A>(x, e) * rstd + shift
                          : bwd_xhat<MODE, FROM_OUTPUT>(elem<A>(x, e), wv, elem<A>(bp, e), mean, rstd);
       const A g = dv * wv;
-      pair[h] = MODE == LAYER ? g * rstd + rc1 - xh * rc2 : rstd * (g - xh * c2);
+      pair[h] = MODE == LAYER && !FROM_OUTPUT ? g * rstd + rc1 - xh * rc2  // (from y: one more register spilled)
+                                              : rstd * (MODE == LAYER ? g - c1 - xh * c2 : g - xh * c2);
       aw[e] += dv * xh;
       if constexpr (DBS) ab[e] += dv;
     }

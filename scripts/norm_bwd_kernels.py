@@ -66,7 +66,8 @@ for spec in args.shapes.split(","):
                 name = N._shared(dtype, mode, 0, cl, stage, full, warps)
                 k = N.SOURCE.kernel(name)
                 use_shared_memory(k, smem, name)
-                resident = (f" resident {max_active_clusters(k, threads, smem, cl) if cl > 1 else '?'} groups of "
+                groups = max_active_clusters(k, threads, smem, cl) if cl > 1 else N.resident_blocks(k, threads, smem)
+                resident = (f" resident {groups} groups of "
                             f"{cl} x {threads} threads, {smem // 1024} KB")
             N.COLUMN_SUM_AFTER["on"] = v != "plaincolsum"
             call = lambda: norm_backward_impl(dyc, xc, wc, bias, mean if mode == "layer_norm" else None,  # noqa: E731

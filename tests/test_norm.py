@@ -532,6 +532,26 @@ def test_large_mean_is_stable(dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", ALL)
+def test_backward_large_mean_is_stable(dtype):
+    """The backward's xhat from x (a half type's as x * rstd - mean * rstd, FMAs) and its centred sums under an offset
+    of 1e4 (1e3 for the half types): short, block, staged and long rows, and for half types on compute capability
+    9.0 norm_bwd_ring (32768). float32's bound is the forward's: the saved float32 mean itself is ~1e-3 off."""
+    half = dtype in ("float16", "bfloat16")
+    tol = 3 * TOL[dtype] if half else 5e-3 if dtype == "float32" else 1e-9
+    staged = 3 * bwd_threads(dtype) * bwd_maxp(dtype) * rw.vec(dtype) + 5
+    for n in (300, 4096, 8192, staged) + ((32768,) if half else ()):
+        x, xv = make((64, n), dtype, 1.0, 1e3 if half else 1e4)
+        w, b, wv, bv = affine(n, dtype, "layer_norm")
+        dy, dyv = make((64, n), dtype)
+        _, mean, rstd = norm_forward_impl(x, w, b, 1e-5, "layer_norm")
+        rdx, rdw, rdb = ref_backward(xv, wv, bv, dyv, 1e-5, "layer_norm")
+        dx, dw, db = norm_backward_impl(dy, x, w, b, mean, rstd, "layer_norm")
+        assert dx_err(dx, rdx, xv, wv, dyv, 1e-5, "layer_norm") <= tol, (dtype, n)
+        assert rel_err(dw, rdw) <= tol and rel_err(db, rdb) <= tol, (dtype, n)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ALL)
 def test_layer_norm_shifted_sums_fall_back_to_two_pass(dtype):
     """The one-reduction variance uses sums shifted by the row's first element; rows whose first element
     is far from the mean (an outlier, a constant offset elsewhere) take the exact second pass; also aligned
