@@ -24,7 +24,6 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 template <int N> __device__ __forceinline__ void wg_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // "+f" operand lists of wgmma accumulators: d[i .. i + 63].
 #define SQMM_ACC8(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), \
@@ -151,7 +150,7 @@ sqmm_wgmma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bi
     }
     for (int kt = 0; kt < ktiles; ++kt) {
       cp_async_wait<STAGES - 3>();
-      fence_async_shared();  // this thread's cp.async data, visible to the tensor cores' async proxy
+      fence_proxy_async_shared();  // this thread's cp.async data, visible to the tensor cores' async proxy
       __syncthreads();       // ... everyone's; and every warp's wgmma of tile kt - 2 has completed
       const int nk = kt + STAGES - 2;
       if (nk < ktiles) load(nk % STAGES, nk * BK, row0, n0);
@@ -396,7 +395,7 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
     if (STORE_WARP) {
       mbar_wait(smem_addr(&c_empty), (i & 1) ^ 1);  // the previous tile has left shared memory
       stage_fragment(acc, Cs, bias + n0, has_bias, n - n0, r, col);
-      fence_async_shared();                          // the TMA store reads what these stores wrote
+      fence_proxy_async_shared();                          // the TMA store reads what these stores wrote
       warpgroup_sync(cw + 1);
       if (signals) mbar_arrive(smem_addr(&c_full));
     } else {

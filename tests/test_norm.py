@@ -193,10 +193,10 @@ def affine(n, dtype, mode, weight=True, bias=True):
     return w, b, wv, bv
 
 
-def backward_case(rows, n, dtype, mode):
+def backward_case(rows, n, dtype, mode, scale=2.0, shift=0.5):
     """Inputs of a backward test (x, dy, affine), the forward's saved statistics and output, and the
     float64 reference gradients."""
-    x, xv = make((rows, n), dtype, 2.0, 0.5)
+    x, xv = make((rows, n), dtype, scale, shift)
     w, b, wv, bv = affine(n, dtype, mode)
     dy, dyv = make((rows, n), dtype)
     y, mean, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
@@ -540,13 +540,10 @@ def test_backward_large_mean_is_stable(dtype):
     tol = 3 * TOL[dtype] if half else 5e-3 if dtype == "float32" else 1e-9
     staged = 3 * bwd_threads(dtype) * bwd_maxp(dtype) * rw.vec(dtype) + 5
     for n in (300, 4096, 8192, staged) + ((32768,) if half else ()):
-        x, xv = make((64, n), dtype, 1.0, 1e3 if half else 1e4)
-        w, b, wv, bv = affine(n, dtype, "layer_norm")
-        dy, dyv = make((64, n), dtype)
-        _, mean, rstd = norm_forward_impl(x, w, b, 1e-5, "layer_norm")
-        rdx, rdw, rdb = ref_backward(xv, wv, bv, dyv, 1e-5, "layer_norm")
-        dx, dw, db = norm_backward_impl(dy, x, w, b, mean, rstd, "layer_norm")
-        assert dx_err(dx, rdx, xv, wv, dyv, 1e-5, "layer_norm") <= tol, (dtype, n)
+        c = backward_case(64, n, dtype, "layer_norm", 1.0, 1e3 if half else 1e4)
+        rdx, rdw, rdb = c["ref"]
+        dx, dw, db = norm_backward_impl(c["dy"], c["x"], c["w"], c["b"], c["mean"], c["rstd"], "layer_norm")
+        assert dx_err(dx, rdx, c["xv"], c["wv"], c["dyv"], 1e-5, "layer_norm") <= tol, (dtype, n)
         assert rel_err(dw, rdw) <= tol and rel_err(db, rdb) <= tol, (dtype, n)
 
 

@@ -73,7 +73,7 @@ __device__ __forceinline__ void st_async_cluster(const float2* p, unsigned cta, 
                     "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [ra], {%2, %3}, [rb];\n}\n"
                     ::"r"((unsigned)__cvta_generic_to_shared(p)), "r"(cta), "f"(v.x), "f"(v.y), "r"(bar) : "memory"));
 }
-// Generic-proxy writes of this thread to shared memory made visible to later bulk copies (bulk_store).
+// Generic-proxy writes of this thread to shared memory made visible to the async proxy (bulk copies, wgmma).
 __device__ __forceinline__ void fence_proxy_async_shared() {
   SM90(asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"));
 }
