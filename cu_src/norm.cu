@@ -63,7 +63,9 @@ __device__ __forceinline__ A norm_out(const typename Vec16<T>::type& xp, const t
 //   rms:   y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)
 // STAGE: the next row staged in dynamic shared memory while this one is processed, as softmax_fwd.
 // GT (fix_group, rows.cuh): the group known at compile time (1..32, or ROW_BLOCK), one aligned segment a row.
-template <typename T, int MODE, int STAGE, int GT = 0>
+// FULL (with GT): every thread holds MAXP whole packs of every row (n = MAXP * V * G; the host checks): no pack
+// count or bounds test a pass.
+template <typename T, int MODE, int STAGE, int GT = 0, bool FULL = false>
 __global__ void __launch_bounds__(FwdBounds<T, STAGE, GT>::threads, FwdBounds<T, STAGE, GT>::blocks)
 norm_fwd(
     const T* x, T* y, const T* __restrict__ w, const T* __restrict__ b,
@@ -75,12 +77,14 @@ norm_fwd(
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = FwdPacks<T>::value;
+  static_assert(!FULL || GT, "FULL rows are one aligned segment of a compile-time group");
+  if (FULL) packs = MAXP;
   __shared__ A scratch_mem[2 * 3 * 32];
   RowScratch<A, 3> scratch{scratch_mem};  // one barrier a reduction
   const RowGrid at(G, parts, GT == ROW_BLOCK);
   const int part = at.part;
   const long long begin = part * chunk;
-  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0, FULL};
   const unsigned mask = group_mask(G);
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;
@@ -112,7 +116,7 @@ norm_fwd(
       for (int p = 0; p < MAXP; ++p)
         if (p < packs) {
           const int lim = L.len - L.at(p);  // elements of this pack inside the segment
-          if (lim >= V) {  // a whole pack: no per-element test
+          if (FULL || lim >= V) {  // a whole pack: no per-element test
 #pragma unroll
             for (int e = 0; e < V; ++e) {
               const A d = elem<A>(r[p], e) - K;
@@ -140,7 +144,7 @@ norm_fwd(
             const int lim = L.len - L.at(p);
 #pragma unroll
             for (int e = 0; e < V; ++e) {
-              const A d = (lim >= V || e < lim) ? elem<A>(r[p], e) - seg_mean : A(0);
+              const A d = (FULL || lim >= V || e < lim) ? elem<A>(r[p], e) - seg_mean : A(0);
               m2 += d * d;
             }
           }
@@ -182,10 +186,13 @@ norm_fwd(
     opaque<T, MAXP>(r);
     T* yr = y + row * n + begin;
     const A shift = -mean * rstd;  // norm_out's, for a half type's layer rows
+    // The weight / bias loads, unconditional in FULL rows, stay here: hoisted out of the loop they spilled.
+    const T *wr = wb, *br = bb;
+    if (FULL) asm volatile("" : "+l"(wr), "+l"(br));
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
-        const P wp = column_pack<T>(wb, p, L, 1.f), bp = column_pack<T>(bb, p, L, 0.f);
+        const P wp = column_pack<T>(wr, p, L, 1.f), bp = column_pack<T>(br, p, L, 0.f);
         P o;
         auto out = [&](int e) -> A { return norm_out<MODE, T>(r[p], wp, bp, e, mean, rstd, shift); };
 #pragma unroll

@@ -45,7 +45,8 @@ __device__ __forceinline__ A softmax_out(A d, A inv, A ls) {
 // copied (cp.async) while this one is reduced and written (a block per SM then still overlaps them);
 // STAGE 2: the next two rows, in two sets of slots (2 * MAXP * blockDim.x) alternating with the row's parity.
 // GT (fix_group, rows.cuh): the group known at compile time (1..32, or ROW_BLOCK), one aligned segment a row.
-template <typename T, int MODE, int STAGE, int GT = 0>
+// FULL (with GT): every thread holds MAXP whole packs of every row (n = MAXP * V * G; the host checks).
+template <typename T, int MODE, int STAGE, int GT = 0, bool FULL = false>
 __global__ void __launch_bounds__(FwdBounds<T, STAGE, GT>::threads, FwdBounds<T, STAGE, GT>::blocks)
 softmax_fwd(
     const T* x, T* y, long long rows, long long n, long long chunk, int G, int packs, int parts, int aligned,
@@ -55,6 +56,8 @@ softmax_fwd(
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = FwdPacks<T>::value;
+  static_assert(!FULL || GT, "FULL rows are one aligned segment of a compile-time group");
+  if (FULL) packs = MAXP;
   // softmax keeps exp(x - max) of its first KEEP packs from the sum for the output: one exp an element there,
   // not two. As many as fit the 64 registers unspilled: all of float32 / float64, one of a half type's four
   // (two spilled and measured slower; benchmarks/notes.md).
@@ -64,7 +67,7 @@ softmax_fwd(
   const RowGrid at(G, parts, GT == ROW_BLOCK);
   const int part = at.part;
   const long long begin = part * chunk;
-  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0, FULL};
   const unsigned mask = 0xffffffffu;  // whole warps loop together (RowGrid::lead)
   extern __shared__ int4 staged[];
   P* const sx = reinterpret_cast<P*>(staged);

@@ -142,6 +142,35 @@ def test_group_lengths_take_their_group():
             assert rw.short_group(p, dtype, 1) == G, (dtype, G, n)
 
 
+def test_full_rows_only_where_every_pack_is_whole():
+    """The forwards' FULL instances (no pack count or bounds test) are planned exactly for rows where every thread of
+    the compile-time group holds MAXP whole packs, the issue's power-of-two shapes among them, and are declared."""
+    from cupy_kernels.ops import norm as N
+    from cupy_kernels.ops import softmax as S
+
+    taken = set()
+    for dtype in rw.SHORT_DTYPES:
+        V, P = rw.vec(dtype), rw.fwd_maxp(dtype)
+        for n in sorted({k * V for k in range(1, 4097, 37)} | {1 << k for k in range(13)} | {V << k for k in range(13)}
+                        | {n - V for n in (V << k for k in range(3, 13))} | {33, 1000, 4097}):
+            p = rw.plan(301, n, dtype, P, fwd_threads(dtype, n), SMS)
+            for stage in (0, rw.stage_fwd(p, dtype, 1)):
+                g = rw.short_group(p, dtype, 1, staged=bool(stage))
+                full = rw.full_rows(p, dtype, P, g, stage)
+                whole = bool(g) and p.parts == 1 and p.group * P * V == n  # every thread: P packs, all inside the row
+                assert full == (whole and rw.has_full(dtype, g, stage)), (dtype, n, stage, p)
+                if full:
+                    taken.add((dtype, n, stage))
+                    assert N._fwd(dtype, "layer_norm", stage, g, True) in N.SOURCE.names, (dtype, n, stage)
+                    assert S._name("fwd", dtype, "softmax", stage, group=g, full=True) in S.SOURCE.names, (dtype, n)
+                    if stage:
+                        assert S._name("fwd", dtype, "softmax", 2, group=g, full=True) in S.SOURCE.names, (dtype, n)
+                assert not rw.full_rows(p, dtype, P, 0, stage)  # the run-time group has none
+    # the issue's forward shapes: 65536x128 f32, 32768x1024 f16, 4096² f32 (unstaged), 1024x32768 bf16 (staged)
+    assert {("float32", 128, 0), ("float16", 1024, 0), ("float32", 4096, 0), ("bfloat16", 32768, 1)} <= taken
+    assert ("bfloat16", 8192, 0) not in taken  # unstaged half block rows: the FULL form spilled at 48 registers
+
+
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_reference_backward_matches_finite_differences(mode):
     g = rng()

@@ -151,9 +151,37 @@ ROW_BLOCK = 1024  # rows.cuh
 COMPILED_GROUPS = {"on": True}  # a probe / ladder switch
 
 
-def group_token(group: int) -> str:
-    """A row kernel name's GT argument (none for the run-time group)."""
-    return "" if not group else ", ROW_BLOCK" if group == ROW_BLOCK else f", {group}"
+def group_token(group: int, full: bool = False) -> str:
+    """A row kernel name's GT argument (none for the run-time group), and its FULL argument."""
+    return ("" if not group else ", ROW_BLOCK" if group == ROW_BLOCK else f", {group}") + (", true" if full else "")
+
+
+# Forward rows of a compile-time group where every thread holds the kernel's MAXP whole packs (n = MAXP * V * G: the
+# power-of-two rows from 4 * V) take the FULL instances of softmax_fwd / norm_fwd: no pack count or bounds test a
+# pass (bf16 ROW_BLOCK staged layer_norm 1456 -> 912 SASS instructions). Not the unstaged half block rows: at their
+# 48 registers (FwdBounds) the FULL form spilled 4-48 bytes. A probe switch.
+FULL_ROWS = {"on": True}
+
+
+def has_full(dtype: str, group: int, stage: int) -> bool:
+    """Whether the forward kernels have a FULL instance for this group (GT) and stage."""
+    return bool(group) and (group != ROW_BLOCK or bool(stage) or ITEMSIZE[dtype] > 2)
+
+
+def full_rows(p: Plan, dtype: str, maxp: int, group: int, stage: int) -> bool:
+    """Whether a launch planned as `p` with compile-time group `group` (short_group) takes a FULL instance."""
+    return (FULL_ROWS["on"] and has_full(dtype, group, stage) and p.parts == 1 and p.packs == maxp
+            and p.n == p.group * maxp * vec(dtype))
+
+
+def launch_kernel(source, name: str, smem: int):
+    """Kernel `name` of `source` opted in to `smem` bytes of dynamic shared memory (a FULL instance taking the plan
+    made with its general one: the same launch bounds)."""
+    from .._runtime import use_shared_memory
+
+    kernel = source.kernel(name)
+    use_shared_memory(kernel, smem, name)
+    return kernel
 
 
 UNSTAGED_BLOCK_THREADS = 256  # the most threads of an unstaged forward ROW_BLOCK instance (FwdBounds in rows.cuh)

@@ -74,8 +74,8 @@ FULL_PARTS = {"on": True}  # norm_fwd_parts' FULL instances where every part is 
 STAGE_BWD = {"on": True}  # half-type rows of 1024-thread backward blocks staged likewise; a probe switch
 
 
-def _fwd(dtype, mode, stage=0, group=0):
-    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {rw.stage_token(stage)}{rw.group_token(group)}>"
+def _fwd(dtype, mode, stage=0, group=0, full=False):
+    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {rw.stage_token(stage)}{rw.group_token(group, full)}>"
 
 
 def _parts(dtype, mode, full=False):
@@ -259,7 +259,9 @@ def column_sum_shape(r: int, n: int, sm_count: int) -> tuple[int, int, int]:
 SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_fwd(t, m, True) for t in rw.STAGE_FWD_DTYPES for m in MODES]
                + [_fwd(t, m, group=g) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
-               + [_fwd(t, m, st, group=rw.ROW_BLOCK) for t in rw.SHORT_DTYPES for m in MODES for st in (0, 1)]
+               + [_fwd(t, m, st, group=rw.ROW_BLOCK, full=f) for t in rw.SHORT_DTYPES for m in MODES for st in (0, 1)
+                  for f in (False, True) if not f or rw.has_full(t, rw.ROW_BLOCK, st)]
+               + [_fwd(t, m, group=g, full=True) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
                + [_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (False, True)] + [rw.ZERO_WORDS]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
                + [_bwd(t, m, f, packs=k, group=g) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
@@ -374,8 +376,9 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                     kernel = SOURCE.kernel(name)
                     p, smem = rw.staged_plan(kernel, name, rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n),
                                              tensors=stage, **args)
-                elif g:
-                    kernel = SOURCE.kernel(_fwd(dtype, mode, group=g))
+                if g:  # FULL or not, the same launch bounds: the plan stands
+                    name = _fwd(dtype, mode, stage, g, rw.full_rows(p, dtype, fwd_maxp(dtype), g, stage))
+                    kernel = rw.launch_kernel(SOURCE, name, smem)
                 counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["fwd"])
                 sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
                 for phase in rw.phases(p, counter):

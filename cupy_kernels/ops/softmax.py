@@ -44,10 +44,11 @@ def _parts_name(mode: str, dtype: str, kind: str = "fwd", packs: int | None = No
     return f"softmax_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {packs or rw.PARTS_PACKS['softmax']}>"
 
 
-def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False, group: int = 0) -> str:
+def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False, group: int = 0,
+          full: bool = False) -> str:
     st = rw.stage_token(stage)
     if kind == "fwd":
-        return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}, {st}{rw.group_token(group)}>"
+        return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}, {st}{rw.group_token(group, full)}>"
     return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}, {st}, {rw.maxp(dtype) * (2 if wide else 1)}{rw.group_token(group)}>"
 
 
@@ -57,6 +58,9 @@ SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for
                + [_name(k, t, m, group=g) for k in ("fwd", "bwd") for t in rw.SHORT_DTYPES for m in MODES
                   for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,)]
                + [_name("fwd", t, m, st, group=rw.ROW_BLOCK) for t in rw.SHORT_DTYPES for m in MODES for st in (1, 2)]
+               + [_name("fwd", t, m, st, group=g, full=True) for t in rw.SHORT_DTYPES for m in MODES
+                  for st, g in tuple((s, rw.ROW_BLOCK) for s in (0, 1, 2)) + tuple((0, g) for g in rw.SHORT_GROUPS)
+                  if rw.has_full(t, g, st)]
                + [_name("bwd", t, m, True, group=rw.ROW_BLOCK) for t in ("float16", "bfloat16") for m in MODES]
                + [_parts_name(m, t, "fwd", k) for t in rw.STAGE_FWD_DTYPES for m in MODES for k in (4, 8)]
                + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES] + [rw.ZERO_WORDS])
@@ -128,8 +132,11 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
         name = _name(kind, dtype, mode, stage=stage, group=g)
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, maxp, threads_of(kind, dtype, n), tensors=stage, **args)
+        if rw.full_rows(p, dtype, maxp, g, stage):  # the same launch bounds: the plan stands
+            kernel = rw.launch_kernel(SOURCE, _name(kind, dtype, mode, stage=stage, group=g, full=True), smem)
     elif g:
-        kernel = SOURCE.kernel(_name(kind, dtype, mode, group=g))
+        full = kind == "fwd" and rw.full_rows(p, dtype, maxp, g, 0)
+        kernel = SOURCE.kernel(_name(kind, dtype, mode, group=g, full=full))
     counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE[kind])
     sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
     for phase in rw.phases(p, counter):
