@@ -411,7 +411,7 @@ __device__ __forceinline__ void store_column_sums(A* orow, const A (&acc)[K], co
   }
 }
 
-template <typename T, int MODE, int FROM_OUTPUT, bool STAGE, int PACKS, bool DB = true, int GT = 0>
+template <typename T, int MODE, int FROM_OUTPUT, bool STAGE, int PACKS, bool DB = true, int GT = 0, bool FULL = false>
 __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlocks<T, PACKS>::value) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                   const T* __restrict__ w, const T* __restrict__ b,
                                                   const typename AccOf<T>::type* __restrict__ mean_in,
@@ -428,13 +428,15 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
   constexpr int MAXP = PACKS;
   constexpr int K = MAXP * V;  // accumulator slots per thread: slot p * V + e
   fix_group<GT>(G, parts, aligned);
+  static_assert(!FULL || GT, "FULL rows are one aligned segment of a compile-time group");
+  if (FULL) packs = MAXP;  // as norm_fwd's FULL rows: n = MAXP * V * G
   __shared__ A scratch[64];
   extern __shared__ int4 dyn_smem[];
   const RowGrid at(G, parts, GT == ROW_BLOCK);
   const int gpb = at.gpb, part = at.part;
   const long long rg = at.rg;
   const long long begin = part * chunk;
-  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0, FULL};
   const unsigned mask = group_mask(G);
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;

@@ -169,6 +169,13 @@ def test_full_rows_only_where_every_pack_is_whole():
     # the forward shapes: 65536x128 f32, 32768x1024 f16, 4096² f32 (unstaged), 1024x32768 bf16 (staged)
     assert {("float32", 128, 0), ("float16", 1024, 0), ("float32", 4096, 0), ("bfloat16", 32768, 1)} <= taken
     assert ("bfloat16", 8192, 0) not in taken  # unstaged half block rows: the FULL form spilled at 48 registers
+    # the backward's compile-time groups (norm_bwd) have FULL instances for every group
+    for dtype, packs in N.SHORT_BWD.items():
+        V, P = rw.vec(dtype), bwd_maxp(dtype, packs)
+        for G, n in group_lengths(V, P, 1000):
+            p = rw.plan(301, n, dtype, P, bwd_threads(dtype, packs), SMS, persistent=True)
+            assert rw.whole_rows(p, dtype, P) == (n == G * P * V), (dtype, G, n)
+            assert N._bwd(dtype, "layer_norm", 0, False, packs, group=G, full=True) in N.SOURCE.names
 
 
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])

@@ -168,10 +168,14 @@ def has_full(dtype: str, group: int, stage: int) -> bool:
     return bool(group) and (group != ROW_BLOCK or bool(stage) or ITEMSIZE[dtype] > 2)
 
 
+def whole_rows(p: Plan, dtype: str, maxp: int) -> bool:
+    """Whether every thread of a one-segment plan `p` holds `maxp` whole packs of every row."""
+    return p.parts == 1 and p.packs == maxp and p.n == p.group * maxp * vec(dtype)
+
+
 def full_rows(p: Plan, dtype: str, maxp: int, group: int, stage: int) -> bool:
-    """Whether a launch planned as `p` with compile-time group `group` (short_group) takes a FULL instance."""
-    return (FULL_ROWS["on"] and has_full(dtype, group, stage) and p.parts == 1 and p.packs == maxp
-            and p.n == p.group * maxp * vec(dtype))
+    """Whether a forward planned as `p` with compile-time group `group` (short_group) takes a FULL instance."""
+    return FULL_ROWS["on"] and has_full(dtype, group, stage) and whole_rows(p, dtype, maxp)
 
 
 def launch_kernel(source, name: str, smem: int):

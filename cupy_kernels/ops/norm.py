@@ -82,9 +82,9 @@ def _parts(dtype, mode, full=False):
     return f"norm_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {rw.PARTS_PACKS['norm']}{', true' if full else ''}>"
 
 
-def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True, group=0):
+def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True, group=0, full=False):
     st = "true" if stage else "false"
-    tail = f", {'true' if db else 'false'}, {group}" if group else "" if db else ", false"
+    tail = f", {'true' if db else 'false'}{rw.group_token(group, full)}" if group else "" if db else ", false"
     return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {st}, {packs}{tail}>"
 
 
@@ -264,8 +264,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_fwd(t, m, group=g, full=True) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
                + [_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (False, True)] + [rw.ZERO_WORDS]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
-               + [_bwd(t, m, f, packs=k, group=g) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
-                  for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,)]
+               + [_bwd(t, m, f, packs=k, group=g, full=fl) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
+                  for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,) for fl in (False, True)]
                + [_bwd(t, m, f, st, 1) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
                   for st in (False, True)]
                + [_bwd(t, "layer_norm", f, False, 2, db=False) for t in ("float16", "bfloat16") for f in (0, 1)]
@@ -480,9 +480,9 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
             db_by_reduce = (want_b and packs == 2 and rw.ITEMSIZE[dtype] == 2 and mode == "layer_norm"
                             and DB_BY_REDUCE["on"])
 
-            def planned(stage, group=0):
+            def planned(stage, group=0, full=False):
                 """(kernel, plan, dynamic shared bytes): at most 32 KB, no attribute to raise."""
-                name = _bwd(dtype, mode, from_output, stage, packs, db=not db_by_reduce, group=group)
+                name = _bwd(dtype, mode, from_output, stage, packs, db=not db_by_reduce, group=group, full=full)
                 kernel = SOURCE.kernel(name)
                 smem = ((lambda t: 2 * packs * t * 16) if stage  # the next row's two inputs
                         else (lambda t: bwd_smem(dtype, t, packs=packs)))
@@ -495,6 +495,8 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                 kernel, p, smem = planned(True)  # a block alone on its SM: the next row staged
             elif SHORT_BWD.get(dtype) == packs and (g := rw.short_group(p, dtype, al, variant)):
                 kernel, p, smem = planned(False, g)  # its own occupancy: the persistent grid may differ
+                if rw.FULL_ROWS["on"] and rw.whole_rows(p, dtype, bwd_maxp(dtype, packs)):
+                    kernel, p, smem = planned(False, g, True)  # FULL rows, as the forwards'
             counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["bwd"])
             sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
             nrg = p.grid // p.parts
