@@ -163,8 +163,7 @@ def test_full_rows_only_where_every_pack_is_whole():
                     taken.add((dtype, n, stage))
                     assert N._fwd(dtype, "layer_norm", stage, g, True) in N.SOURCE.names, (dtype, n, stage)
                     assert S._name("fwd", dtype, "softmax", stage, group=g, full=True) in S.SOURCE.names, (dtype, n)
-                    if stage:
-                        assert S._name("fwd", dtype, "softmax", 2, group=g, full=True) in S.SOURCE.names, (dtype, n)
+                    assert not rw.full_rows(p, dtype, P, g, 2)  # softmax's rows staged two ahead: none
                 assert not rw.full_rows(p, dtype, P, 0, stage)  # the run-time group has none
     # the forward shapes: 65536x128 f32, 32768x1024 f16, 4096² f32 (unstaged), 1024x32768 bf16 (staged)
     assert {("float32", 128, 0), ("float16", 1024, 0), ("float32", 4096, 0), ("bfloat16", 32768, 1)} <= taken

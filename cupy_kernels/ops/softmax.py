@@ -59,7 +59,7 @@ SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for
                   for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,)]
                + [_name("fwd", t, m, st, group=rw.ROW_BLOCK) for t in rw.SHORT_DTYPES for m in MODES for st in (1, 2)]
                + [_name("fwd", t, m, st, group=g, full=True) for t in rw.SHORT_DTYPES for m in MODES
-                  for st, g in tuple((s, rw.ROW_BLOCK) for s in (0, 1, 2)) + tuple((0, g) for g in rw.SHORT_GROUPS)
+                  for st, g in tuple((s, rw.ROW_BLOCK) for s in (0, 1)) + tuple((0, g) for g in rw.SHORT_GROUPS)
                   if rw.has_full(t, g, st)]
                + [_name("bwd", t, m, True, group=rw.ROW_BLOCK) for t in ("float16", "bfloat16") for m in MODES]
                + [_parts_name(m, t, "fwd", k) for t in rw.STAGE_FWD_DTYPES for m in MODES for k in (4, 8)]
