@@ -38,7 +38,7 @@ ap.add_argument("--shared-stage", default="",
                      "threads (sstage<T>; 0: every CTA staged)")
 ap.add_argument("--switches", default="",
                 help="comma-separated: also time the working tree with the pipelined launches' words zeroed by a memset "
-                     "(memset), norm_fwd_parts' FULL instances off (nofull), softmax_fwd / norm_fwd's FULL rows off (nofullrows), norm_bwd_shared's clusters of 8 unstaged "
+                     "(memset), norm_fwd_parts' FULL instances off (nofull), softmax_fwd / norm_fwd's FULL rows off (nofullrows) or also for softmax's rows staged two ahead (full2), norm_bwd_shared's clusters of 8 unstaged "
                      "(cl8unstaged) or staged (cl8staged), softmax_bwd's full 8192-element rows staged at any row count "
                      "(stagedfull), norm_bwd_ring off (noring), with S stages and a lag of L rows, clusters of C, P packs a "
                      "thread (ring[S_L][cl<C>][pk<P>]), CTAs of up to 512 packs (ring512), or norm_bwd's persistent sub-warp grids "
@@ -83,6 +83,8 @@ for v in args.switches.split(","):  # the switches' ring instances, compiled wit
                           for t in RING["dtypes"] for m in N.MODES for f in (0, 1) for c in RING_CLUSTERS
                           for p in ((sw[2],) if sw[2] else N.RING_PACKS)])
 ALL_NAMES = list(N.SOURCE.names)
+if "full2" in args.switches.split(","):  # softmax's FULL instances of rows staged two ahead (not declared by default)
+    S.SOURCE.declare([S._name("fwd", t, m, 2, group=RW.ROW_BLOCK, full=True) for t in RW.SHORT_DTYPES for m in S.MODES])
 BASE_KERNELS = set()
 if args.base:
     import re
@@ -118,6 +120,7 @@ def use(cu_dir):
         N.FULL_PARTS["on"] = cu_dir != "nofull"
     if hasattr(rw, "FULL_ROWS"):
         rw.FULL_ROWS["on"] = cu_dir != "nofullrows"
+        rw.FULL_ROWS["two_ahead"] = cu_dir == "full2"  # softmax's rows staged two ahead in FULL instances too
     # psub<T>: the persistent sub-warp grids (norm_bwd's short rows, one partial row a block) in blocks of T threads
     rw.PERSISTENT_SUBWARP_BLOCK = int(cu_dir[4:]) if str(cu_dir).startswith("psub") else PSUB
     if "stage_cl8" in SHARED:  # cl8unstaged / cl8staged: norm_bwd_shared's clusters of 8 load rows straight into
@@ -137,7 +140,7 @@ def use(cu_dir):
     k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None
     rw.PARTS_PACKS["softmax"] = k or PARTS_PACKS  # (norm_fwd_parts has one instance)
     if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead",
-                  "memset", "nofull", "nofullrows", "cl8unstaged", "cl8staged", "stagedfull", "noring", "ring512") \
+                  "memset", "nofull", "nofullrows", "full2", "cl8unstaged", "cl8staged", "stagedfull", "noring", "ring512") \
             or t or k or str(cu_dir).startswith(("sstage", "psub", "ring")):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)

@@ -161,13 +161,14 @@ def group_token(group: int, full: bool = False) -> str:
 # pass (bf16 ROW_BLOCK staged layer_norm 1456 -> 736 SASS instructions; H100, same process: 1024x32768 bf16 layer
 # 47.3 -> 45.7 us, 65536x128 f32 softmax 21.4 -> 20.9). Not the unstaged half block rows: at their 48 registers
 # (FwdBounds) the FULL form spilled 4-48 bytes; nor softmax's rows staged two ahead (STAGE 2: 1024x32768 bf16 46.2 ->
-# 46.6 us, three runs alike). A probe switch.
-FULL_ROWS = {"on": True}
+# 46.6 us, three runs alike). Probe switches ("two_ahead": those too, where the probe declared them).
+FULL_ROWS = {"on": True, "two_ahead": False}
 
 
 def has_full(dtype: str, group: int, stage: int) -> bool:
     """Whether the forward kernels have a FULL instance for this group (GT) and stage."""
-    return bool(group) and stage != 2 and (group != ROW_BLOCK or bool(stage) or ITEMSIZE[dtype] > 2)
+    return (bool(group) and (stage != 2 or FULL_ROWS["two_ahead"])
+            and (group != ROW_BLOCK or bool(stage) or ITEMSIZE[dtype] > 2))
 
 
 def whole_rows(p: Plan, dtype: str, maxp: int) -> bool:
