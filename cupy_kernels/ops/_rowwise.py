@@ -182,8 +182,8 @@ def full_rows(p: Plan, dtype: str, maxp: int, group: int, stage: int) -> bool:
 
 
 def launch_kernel(source, name: str, smem: int):
-    """Kernel `name` of `source` opted in to `smem` bytes of dynamic shared memory (a FULL instance taking the plan
-    made with its general one: the same launch bounds)."""
+    """Kernel `name` of `source` opted in to `smem` bytes of dynamic shared memory, ready to launch (also a FULL
+    instance taking the plan made with its general one: the same launch bounds)."""
     from .._runtime import use_shared_memory
 
     kernel = source.kernel(name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._runtime import (CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, is_cupy, is_torch, launch,
-                        resident_blocks, use_shared_memory)
+                        resident_blocks)
 from .._runtime.tma import max_active_clusters
 from . import _rowwise as rw
 from ._rowwise import next_pow2
@@ -459,8 +459,7 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                 cl, threads, spacks, chunk, smem, stage, full, warps = shared
                 name = _shared(dtype, mode, from_output, cl, stage, full, warps)
                 extra = (np.int64(chunk), np.int32(spacks))
-            kernel = SOURCE.kernel(name)
-            use_shared_memory(kernel, smem, name)
+            kernel = rw.launch_kernel(SOURCE, name, smem)
             resident = (resident_blocks(kernel, threads, smem) if cl == 1 else
                         max_active_clusters(kernel, threads, smem, cl))
             groups = min(ceil_div(rows, threads // 32) if warps else rows, resident)  # warp rows: a row a warp
@@ -494,9 +493,10 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
             if STAGE_BWD["on"] and al and p.path != "subwarp" and p.threads == 1024:
                 kernel, p, smem = planned(True)  # a block alone on its SM: the next row staged
             elif SHORT_BWD.get(dtype) == packs and (g := rw.short_group(p, dtype, al, variant)):
-                kernel, p, smem = planned(False, g)  # its own occupancy: the persistent grid may differ
-                if rw.FULL_ROWS["on"] and rw.whole_rows(p, dtype, bwd_maxp(dtype, packs)):
-                    kernel, p, smem = planned(False, g, True)  # FULL rows, as the forwards'
+                # FULL rows as the forwards' (the plan's group and packs do not depend on the kernel's occupancy);
+                # planned with its own occupancy: the persistent grid may differ
+                full = rw.FULL_ROWS["on"] and rw.whole_rows(p, dtype, bwd_maxp(dtype, packs))
+                kernel, p, smem = planned(False, g, full)
             counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["bwd"])
             sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
             nrg = p.grid // p.parts
