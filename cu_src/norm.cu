@@ -485,17 +485,24 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
     if (gpb == 1) {  // one group: each thread writes its own columns
       if (k == 0) store_column_sums<T, MAXP>(orow, aw, L);
       else store_column_sums<T, MAXP>(orow, ab, L);
-    } else {  // several groups meet in shared memory (slot s of thread t at [s * blockDim.x + t]), summed in group order
+    } else {  // several groups meet in shared memory: slot s of thread t at [s * blockDim.x + t]
       A* buf = reinterpret_cast<A*>(dyn_smem);
-      __syncthreads();  // the previous accumulator's readers are done
+      __syncthreads();  // the previous kind's readers are done
 #pragma unroll
       for (int s = 0; s < K; ++s) buf[s * blockDim.x + threadIdx.x] = k == 0 ? aw[s] : ab[s % (DBS ? K : 1)];
       __syncthreads();
-      for (int j = threadIdx.x; j < L.len; j += blockDim.x) {
-        const int q = j / V, e = j % V, ln = q % G, p = q / G;
+      // A warp a slot: lane l adds words l, l + 32, ... of the slot's row of blockDim.x (group g2 = l / G + 32 / G
+      // * i, column lane l % G: consecutive words, no bank conflicts), then the lanes G apart meet by shuffles.
+      // A fixed order: deterministic. (Sub-warp blocks are whole warps: 128 or more threads.)
+      const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+      for (int sl = warp; sl < K; sl += blockDim.x >> 5) {  // uniform over the warp
+        const A* row_of_slot = buf + sl * blockDim.x;
         A sum = A(0);
-        for (int g2 = 0; g2 < gpb; ++g2) sum += buf[(p * V + e) * blockDim.x + g2 * G + ln];
-        orow[j] = sum;
+#pragma unroll 4
+        for (int i = lane; i < (int)blockDim.x; i += 32) sum += row_of_slot[i];
+        for (int o = 16; o >= G; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const int col = ((sl / V) * G + lane) * V + sl % V;
+        if (lane < G && col < L.len) orow[col] = sum;
       }
     }
   }
