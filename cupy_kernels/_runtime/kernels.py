@@ -6,6 +6,7 @@ import re
 import threading
 from dataclasses import dataclass
 
+from .device import use_shared_memory
 from .sources import cuda_include_dir, read_source
 
 
@@ -62,8 +63,9 @@ class KernelSource:
                     self._modules[dev] = mod
         return mod
 
-    def kernel(self, name: str):
-        """The loaded kernel, one object per (device, name): get_function makes a new one each call."""
+    def kernel(self, name: str, shared_mem: int = 0):
+        """The loaded kernel, one object per (device, name): get_function makes a new one each call. shared_mem:
+        opted in to that many bytes of dynamic shared memory (use_shared_memory: once per kernel)."""
         import cupy
 
         key = (cupy.cuda.Device().id, name)
@@ -72,6 +74,8 @@ class KernelSource:
             if name not in self.names:
                 raise KeyError(f"cu_src/{self.filename}: kernel {name!r} was not declared by its ops module")
             k = self._kernels[key] = self.module().get_function(name)
+        if shared_mem:
+            use_shared_memory(k, shared_mem, name)
         return k
 
     def load_all(self) -> None:

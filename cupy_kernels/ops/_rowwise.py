@@ -181,16 +181,6 @@ def full_rows(p: Plan, dtype: str, maxp: int, group: int, stage: int) -> bool:
     return FULL_ROWS["on"] and has_full(dtype, group, stage) and whole_rows(p, dtype, maxp)
 
 
-def launch_kernel(source, name: str, smem: int):
-    """Kernel `name` of `source` opted in to `smem` bytes of dynamic shared memory, ready to launch (also a FULL
-    instance taking the plan made with its general one: the same launch bounds)."""
-    from .._runtime import use_shared_memory
-
-    kernel = source.kernel(name)
-    use_shared_memory(kernel, smem, name)
-    return kernel
-
-
 UNSTAGED_BLOCK_THREADS = 256  # the most threads of an unstaged forward ROW_BLOCK instance (FwdBounds in rows.cuh)
 
 

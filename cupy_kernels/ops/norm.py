@@ -378,7 +378,7 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                                              tensors=stage, **args)
                 if g:  # FULL or not, the same launch bounds: the plan stands
                     name = _fwd(dtype, mode, stage, g, rw.full_rows(p, dtype, fwd_maxp(dtype), g, stage))
-                    kernel = rw.launch_kernel(SOURCE, name, smem)
+                    kernel = SOURCE.kernel(name, smem)
                 counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["fwd"])
                 sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
                 for phase in rw.phases(p, counter):
@@ -459,7 +459,7 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                 cl, threads, spacks, chunk, smem, stage, full, warps = shared
                 name = _shared(dtype, mode, from_output, cl, stage, full, warps)
                 extra = (np.int64(chunk), np.int32(spacks))
-            kernel = rw.launch_kernel(SOURCE, name, smem)
+            kernel = SOURCE.kernel(name, smem)
             resident = (resident_blocks(kernel, threads, smem) if cl == 1 else
                         max_active_clusters(kernel, threads, smem, cl))
             groups = min(ceil_div(rows, threads // 32) if warps else rows, resident)  # warp rows: a row a warp

@@ -133,7 +133,7 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, maxp, threads_of(kind, dtype, n), tensors=stage, **args)
         if rw.full_rows(p, dtype, maxp, g, stage):  # the same launch bounds: the plan stands
-            kernel = rw.launch_kernel(SOURCE, _name(kind, dtype, mode, stage=stage, group=g, full=True), smem)
+            kernel = SOURCE.kernel(_name(kind, dtype, mode, stage=stage, group=g, full=True), smem)
     elif g:
         full = kind == "fwd" and rw.full_rows(p, dtype, maxp, g, 0)
         kernel = SOURCE.kernel(_name(kind, dtype, mode, group=g, full=full))

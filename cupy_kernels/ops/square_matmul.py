@@ -237,8 +237,7 @@ def _launch_wgmma(call, a2, wc, bc, trans, dtype, op):
 
 def _clusters_fit(dtype, trans, n) -> bool:
     """Whether the tma_cluster kernel holds all ceil(n / 256) column tiles of a row block at once."""
-    kernel = SOURCE90.kernel(tma_name(dtype, trans, True, 2))
-    use_shared_memory(kernel, TMA_SMEM[True])
+    kernel = SOURCE90.kernel(tma_name(dtype, trans, True, 2), TMA_SMEM[True])
     return ceil_div(n, 256) <= max_active_clusters(kernel, TMA_THREADS, TMA_SMEM[True], 2)
 
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._runtime import (CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, dtype_name, is_torch,
-                        use_shared_memory)
+from .._runtime import CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, dtype_name, is_torch
 
 SOURCE = KernelSource("timex.cu")
 THREADS = 128                       # TX_THREADS in timex.cu
@@ -300,17 +299,14 @@ def _seed_rung(variant, dtype, w, ldw, k, out, eps, B, C, T):
     if why:
         raise ValueError(f"timex: {why}; use variant='auto'")
     k = cupy.ascontiguousarray(k)
-    kern = SOURCE.kernel(SEED_RUNGS[variant])
+    smem = (2 if variant in ("shared", "float4") else 9) * T * 4
+    kern = SOURCE.kernel(SEED_RUNGS[variant], smem)
     args = (w, np.int64(ldw), k, out, eps, np.int32(B), np.int32(C), np.int32(T))
     if variant == "shared":
-        kern((B * C,), (T,), args, shared_mem=2 * T * 4)
+        kern((B * C,), (T,), args, shared_mem=smem)
     elif variant == "float4":
-        smem = 2 * T * 4
-        use_shared_memory(kern, smem, "timex float4")
         kern((B * C,), (T // 4,), args, shared_mem=smem)
     else:
-        smem = 9 * T * 4
-        use_shared_memory(kern, smem, f"timex {variant}")
         kern((C, B // 8), (T // (8 if variant == "balanced" else 4),), args, shared_mem=smem)
 
 
