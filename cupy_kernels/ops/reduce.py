@@ -106,7 +106,7 @@ def _row_workspace(call, resident):
 
     key = (call.device_id, cupy.cuda.get_current_stream().ptr)
     ws = _workspaces.get(key)
-    if ws is None:
+    if ws is None or ws[0].size < resident:  # kernels of other dtypes may have more resident blocks
         ws = _workspaces[key] = (cupy.empty(resident, dtype=cupy.float64), cupy.zeros(resident, dtype=cupy.uint32))
     return ws
 
