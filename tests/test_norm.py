@@ -610,20 +610,26 @@ def test_layer_norm_shifted_sums_fall_back_to_two_pass(dtype):
 
 @gpu
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
-def test_backward_short_groups(mode):
+@pytest.mark.parametrize("staged", [True, False])
+def test_backward_short_groups(mode, staged, monkeypatch):
     """The backward instances compiled for their group (norm.SHORT_BWD), each sub-warp G full and part-filled,
     and a block a row (ROW_BLOCK, below norm_bwd_shared's lengths), from x and from the output, over
-    301 and 4001 rows (persistent grids: groups with one row more than others, and several rows a group)."""
-    from cupy_kernels.ops.norm import SHORT_BWD
+    301 and 4001 rows (persistent grids: groups with one row more than others, and several rows a group);
+    with the groups' next rows staged where norm.stage_short says, and with none staged."""
+    from cupy_kernels.ops import norm as N
 
-    for dtype, packs in SHORT_BWD.items():
+    monkeypatch.setitem(N.STAGE_SHORT_BWD, "on", staged)
+    staged_cases = 0
+    for dtype, packs in N.SHORT_BWD.items():
         V = rw.vec(dtype)
         P = bwd_maxp(dtype, packs)
         for G, n in group_lengths(V, P, 1000):
             p = rw.plan(301, n, dtype, P, bwd_threads(dtype, packs), SMS, persistent=True)
             assert rw.short_group(p, dtype, 1) == G and (p.group == G or p.path == "block"), (G, n, p)
+            staged_cases += N.stage_short(dtype, mode, G, rw.whole_rows(p, dtype, P))
             for rows in (301, 4001):
                 check_backward_from_x_and_y(backward_case(rows, n, dtype, mode), dtype, mode, (G, n, rows))
+    assert (staged_cases > 0) == staged
 
 
 @gpu

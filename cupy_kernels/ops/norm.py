@@ -92,6 +92,19 @@ def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True, group=0, full=
 # rw.short_group) where the type's form has them: float32's two-pack form (1640 -> 728 SASS instructions, layer
 # G 16), a half type's one-pack form (rows below 1024, where norm_bwd_shared starts). dtype -> PACKS.
 SHORT_BWD = {"float32": 2, "float16": 1, "bfloat16": 1}
+# Sub-warp backward rows with the group's next row staged in shared memory (cp.async) while this one is reduced
+# and written (STAGE instances of SHORT_BWD's forms). A probe switch.
+STAGE_SHORT_BWD = {"on": True}
+
+
+def stage_short(dtype: str, mode: str, group: int, full: bool) -> bool:
+    """Whether sub-warp rows of `group` threads take the staged instance. Measured on the H100 (same process,
+    `benchmarks/runs/issue4-session23/03-*`, `04-*`): groups of 8 to 32 gain 2-5% (65536x128 f32 layer 35.5 -> 34.4 us,
+    rms 34.4 -> 32.9; 131072x192 bf16 rms 58.6 -> 56.0), groups of 4 do not (262144x32 f32); a half type's layer_norm
+    is within 1% or slower (131072x256 bf16 69.7 -> 76.5), and so is float32's 32-thread run-time form (65536x200,
+    whose from-output instance also spills)."""
+    return (STAGE_SHORT_BWD["on"] and group in (8, 16, 32) and (dtype == "float32" or mode == "rms_norm")
+            and (full or group < 32 or dtype != "float32"))
 
 
 # The two-pack half layer_norm backward leaves dbias to a column sum of dy (reduce.cu) rather than keep
@@ -266,6 +279,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
                + [_bwd(t, m, f, packs=k, group=g, full=fl) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
                   for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,) for fl in (False, True)]
+               + [_bwd(t, m, f, True, k, group=g, full=fl) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
+                  for g in rw.SHORT_GROUPS for fl in (False, True) if stage_short(t, m, g, fl)]
                + [_bwd(t, m, f, st, 1) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
                   for st in (False, True)]
                + [_bwd(t, "layer_norm", f, False, 2, db=False) for t in ("float16", "bfloat16") for f in (0, 1)]
@@ -487,7 +502,7 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                         else (lambda t: bwd_smem(dtype, t, packs=packs)))
                 p = rw.plan(rows, n, dtype, bwd_maxp(dtype, packs), bwd_threads(dtype, packs),
                             current().sm_count, persistent=True, occupancy=rw.occupancy(kernel, name, smem), **args)
-                return kernel, p, smem(p.threads) if stage else bwd_smem(dtype, p.threads, p.group, packs)
+                return kernel, p, max(smem(p.threads) if stage else 0, bwd_smem(dtype, p.threads, p.group, packs))
 
             kernel, p, smem = planned(False)
             if STAGE_BWD["on"] and al and p.path != "subwarp" and p.threads == 1024:
@@ -496,7 +511,7 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                 # FULL rows as the forwards' (the plan's group and packs do not depend on the kernel's occupancy);
                 # planned with its own occupancy: the persistent grid may differ
                 full = rw.FULL_ROWS["on"] and rw.whole_rows(p, dtype, bwd_maxp(dtype, packs))
-                kernel, p, smem = planned(False, g, full)
+                kernel, p, smem = planned(stage_short(dtype, mode, g, full), g, full)
             counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["bwd"])
             sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
             nrg = p.grid // p.parts
