@@ -61,7 +61,8 @@ __device__ __forceinline__ A norm_out(const typename Vec16<T>::type& xp, const t
 //   layer: y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps), var biased: shifted sums in
 //          one paired reduction, the exact two-pass where they would cancel (see below)
 //   rms:   y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)
-// STAGE: the next row staged in dynamic shared memory while this one is processed, as softmax_fwd.
+// STAGE: the next row staged in dynamic shared memory while this one is processed, as softmax_fwd (blocks of
+// >= 512 threads a row, and float32 sub-warp groups of 8: norm.STAGE_SHORT_FWD).
 // GT (fix_group, rows.cuh): the group known at compile time (1..32, or ROW_BLOCK), one aligned segment a row.
 // FULL (with GT): every thread holds MAXP whole packs of every row (n = MAXP * V * G; the host checks): no pack
 // count or bounds test a pass.

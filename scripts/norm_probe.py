@@ -39,7 +39,7 @@ ap.add_argument("--shared-stage", default="",
 ap.add_argument("--switches", default="",
                 help="comma-separated: also time the working tree with the pipelined launches' words zeroed by a memset "
                      "(memset), norm_fwd_parts' FULL instances off (nofull), softmax_fwd / norm_fwd's FULL rows off (nofullrows) or also for softmax's rows staged two ahead (full2), norm_bwd_shared's clusters of 8 unstaged "
-                     "(cl8unstaged) or staged (cl8staged), float32's sub-warp backward rows unstaged (nostageshort), softmax_bwd's full 8192-element rows staged at any row count "
+                     "(cl8unstaged) or staged (cl8staged), the sub-warp backward (nostageshort) or forward (nostageshortfwd) rows unstaged, softmax_bwd's full 8192-element rows staged at any row count "
                      "(stagedfull), norm_bwd_ring off (noring), with S stages and a lag of L rows, clusters of C, P packs a "
                      "thread (ring[S_L][cl<C>][pk<P>]), CTAs of up to 512 packs (ring512), or norm_bwd's persistent sub-warp grids "
                      "in blocks of T threads (psub<T>)")
@@ -118,8 +118,10 @@ def use(cu_dir):
         rw.ZERO_WORDS_AFTER["on"] = cu_dir != "memset"
     if hasattr(N, "FULL_PARTS"):
         N.FULL_PARTS["on"] = cu_dir != "nofull"
-    if hasattr(N, "STAGE_SHORT_BWD"):  # nostageshort: float32's sub-warp backward rows unstaged
+    if hasattr(N, "STAGE_SHORT_BWD"):  # nostageshort: the sub-warp backward rows unstaged
         N.STAGE_SHORT_BWD["on"] = cu_dir != "nostageshort"
+    if hasattr(N, "STAGE_SHORT_FWD"):  # nostageshortfwd: the sub-warp forward rows unstaged
+        N.STAGE_SHORT_FWD["on"] = cu_dir != "nostageshortfwd"
     if hasattr(rw, "FULL_ROWS"):
         rw.FULL_ROWS["on"] = cu_dir != "nofullrows"
         rw.FULL_ROWS["two_ahead"] = cu_dir == "full2"  # softmax's rows staged two ahead in FULL instances too
@@ -142,7 +144,7 @@ def use(cu_dir):
     k = int(cu_dir[5:]) if str(cu_dir).startswith("packs") else None
     rw.PARTS_PACKS["softmax"] = k or PARTS_PACKS  # (norm_fwd_parts has one instance)
     if cu_dir in ("unstaged", "nopipe", "onepack", "sharedall", "shared1024", "noshared", "nosharedf32", "oneahead",
-                  "memset", "nofull", "nostageshort", "nofullrows", "full2", "cl8unstaged", "cl8staged", "stagedfull", "noring", "ring512") \
+                  "memset", "nofull", "nostageshort", "nostageshortfwd", "nofullrows", "full2", "cl8unstaged", "cl8staged", "stagedfull", "noring", "ring512") \
             or t or k or str(cu_dir).startswith(("sstage", "psub", "ring")):
         cu_dir = tree
     sources.cu_src_dir = lambda: Path(cu_dir)

@@ -632,6 +632,40 @@ def test_backward_short_groups(mode, staged, monkeypatch):
     assert (staged_cases > 0) == staged
 
 
+def many_rows(G):
+    """Rows that give every group of G threads of a full chip (132 SMs x 2048 threads) three or four rows: the
+    staged short rows' next-row copies run (a few thousand rows give each group at most one)."""
+    return 3 * SMS * 2048 // G + 7
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
+def test_staged_short_rows(mode):
+    """Sub-warp rows that stage the group's next row (norm.stage_short backward, norm.STAGE_SHORT_FWD forward),
+    whole and part-filled, over enough rows that every group takes several."""
+    from cupy_kernels.ops import norm as N
+
+    cases = 0
+    for dtype, packs in N.SHORT_BWD.items():
+        V, P = rw.vec(dtype), bwd_maxp(dtype, packs)
+        for G in rw.SHORT_GROUPS:
+            for n, full in ((G * P * V, True), ((G // 2) * P * V + V, False)):
+                if G > 1 and N.stage_short(dtype, mode, G, full):
+                    cases += 1
+                    check_backward_from_x_and_y(backward_case(many_rows(G), n, dtype, mode), dtype, mode, (G, n))
+    for dtype in N.STAGE_SHORT_FWD["dtypes"]:
+        V = rw.vec(dtype)
+        for G in N.STAGE_SHORT_FWD["groups"]:
+            for n in (G * rw.fwd_maxp(dtype) * V, (G // 2) * rw.fwd_maxp(dtype) * V + V):
+                cases += 1
+                x, xv = make((many_rows(G), n), dtype, 2.0, 0.5)
+                w, b, wv, bv = affine(n, dtype, mode)
+                want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
+                y, _, rstd = norm_forward_impl(x, w, b, 1e-5, mode)
+                assert rel_err(y, want) <= TOL[dtype] and rel_err(rstd, want_rstd[:, 0]) <= 1e-5, (G, n)
+    assert cases >= 4
+
+
 @gpu
 @pytest.mark.parametrize("dtype", ALL)
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])

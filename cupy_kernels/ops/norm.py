@@ -72,6 +72,10 @@ def bwd_min_blocks(dtype: str, packs: int = 1) -> int:
 STAGE_FWD = {"on": True}  # rows of >= 512-thread blocks staged in shared memory (rw.stage_fwd); a probe switch
 FULL_PARTS = {"on": True}  # norm_fwd_parts' FULL instances where every part is whole (rw.full_parts); a probe switch
 STAGE_BWD = {"on": True}  # half-type rows of 1024-thread backward blocks staged likewise; a probe switch
+# float32 sub-warp forward rows of 8-thread groups (65..128 elements) staged too: H100, same process
+# (`benchmarks/runs/issue4-session23/06-*`), 65536x128 layer 22.1 -> 21.5 us, rms 22.0 -> 20.9; groups of 16 and 32
+# and the half types measured equal or slower (layer 131072x256 bf16 44.8 -> 48.0). A probe switch.
+STAGE_SHORT_FWD = {"on": True, "groups": (8,), "dtypes": ("float32",)}
 
 
 def _fwd(dtype, mode, stage=0, group=0, full=False):
@@ -275,6 +279,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_fwd(t, m, st, group=rw.ROW_BLOCK, full=f) for t in rw.SHORT_DTYPES for m in MODES for st in (0, 1)
                   for f in (False, True) if not f or rw.has_full(t, rw.ROW_BLOCK, st)]
                + [_fwd(t, m, group=g, full=True) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
+               + [_fwd(t, m, 1, group=g, full=f) for t in STAGE_SHORT_FWD["dtypes"] for m in MODES
+                  for g in STAGE_SHORT_FWD["groups"] for f in (False, True)]
                + [_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (False, True)] + [rw.ZERO_WORDS]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
                + [_bwd(t, m, f, packs=k, group=g, full=fl) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
@@ -385,6 +391,9 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                 smem = 0
                 # layer_norm over several blocks per row measured 2% slower staged (256x262144 float32)
                 stage = rw.stage_fwd(p, dtype, al) if STAGE_FWD["on"] and (mode == "rms_norm" or p.parts == 1) else 0
+                if (STAGE_SHORT_FWD["on"] and variant == "auto" and al and p.path == "subwarp"
+                        and dtype in STAGE_SHORT_FWD["dtypes"] and p.group in STAGE_SHORT_FWD["groups"]):
+                    stage = 1
                 g = rw.short_group(p, dtype, al, variant, staged=bool(stage))
                 if stage:
                     name = _fwd(dtype, mode, stage=stage, group=g)
