@@ -120,8 +120,9 @@ def use(cu_dir):
         N.FULL_PARTS["on"] = cu_dir != "nofull"
     if hasattr(N, "STAGE_SHORT_BWD"):  # nostageshort: the sub-warp backward rows unstaged
         N.STAGE_SHORT_BWD["on"] = cu_dir != "nostageshort"
-    if hasattr(N, "STAGE_SHORT_FWD"):  # nostageshortfwd: the sub-warp forward rows unstaged
-        N.STAGE_SHORT_FWD["on"] = cu_dir != "nostageshortfwd"
+    for M in (N, S):  # nostageshortfwd: the sub-warp forward rows unstaged (norm and softmax)
+        if hasattr(M, "STAGE_SHORT_FWD"):
+            M.STAGE_SHORT_FWD["on"] = cu_dir != "nostageshortfwd"
     if hasattr(rw, "FULL_ROWS"):
         rw.FULL_ROWS["on"] = cu_dir != "nofullrows"
         rw.FULL_ROWS["two_ahead"] = cu_dir == "full2"  # softmax's rows staged two ahead in FULL instances too

@@ -203,6 +203,22 @@ def test_forward_short_groups(dtype):
 
 
 @gpu
+@pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
+def test_forward_staged_short_rows(mode):
+    """Sub-warp rows that stage the group's next row (softmax.STAGE_SHORT_FWD), whole and part-filled, over enough
+    rows (3 x 132 x 2048 / G) that every group of the resident grid takes several: a few hundred give each one."""
+    from cupy_kernels.ops import softmax as S
+
+    ref = ref_softmax if mode == "softmax" else ref_log_softmax
+    for dtype in S.STAGE_SHORT_FWD["dtypes"]:
+        V, P = rw.vec(dtype), maxp(dtype, "fwd")
+        for G in S.STAGE_SHORT_FWD["groups"]:
+            for n in (G * P * V, (G // 2) * P * V + V):
+                x, xv = make((3 * SMS * 2048 // G + 7, n), dtype)
+                assert rel_err(softmax_impl(x, -1, mode), ref(xv)) <= TOL[dtype], (G, n)
+
+
+@gpu
 @pytest.mark.parametrize("dtype", rw.SHORT_DTYPES)
 def test_backward_short_groups(dtype):
     """The backward instances compiled for their group size (sub-warp groups and ROW_BLOCK), 301 rows."""

@@ -29,6 +29,10 @@ STAGE_MAX_BYTES = 40 * 1024  # the default 48 KB dynamic window, less the static
 # softmax 44.1 -> 42.2 us, log_softmax 41.9 -> 40.8 (layer_norm / rms_norm measured slower: 44.8 -> 49.6,
 # 36.5 -> 37.2, so norm.py stages one row ahead). Probe switches.
 STAGE_FWD = {"on": True, "two_ahead": True}
+# float32 sub-warp forward rows of 8-thread groups (65..128 elements) staged as norm.STAGE_SHORT_FWD's: H100, same
+# process (`benchmarks/runs/issue4-session23/08-*`), 65536x128 softmax 20.8 -> 20.3 us, log_softmax 21.0 -> 20.4;
+# 131072x128 equal. A probe switch.
+STAGE_SHORT_FWD = {"on": True, "groups": (8,), "dtypes": ("float32",)}
 
 
 # Backward half rows longer than one 512-thread block holds (8192 elements) and up to 32768: the wide
@@ -62,6 +66,8 @@ SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for
                   for st, g in tuple((s, rw.ROW_BLOCK) for s in (0, 1)) + tuple((0, g) for g in rw.SHORT_GROUPS)
                   if rw.has_full(t, g, st)]
                + [_name("bwd", t, m, True, group=rw.ROW_BLOCK) for t in ("float16", "bfloat16") for m in MODES]
+               + [_name("fwd", t, m, 1, group=g, full=f) for t in STAGE_SHORT_FWD["dtypes"] for m in MODES
+                  for g in STAGE_SHORT_FWD["groups"] for f in (False, True)]
                + [_parts_name(m, t, "fwd", k) for t in rw.STAGE_FWD_DTYPES for m in MODES for k in (4, 8)]
                + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES] + [rw.ZERO_WORDS])
 
@@ -106,6 +112,9 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count,
                 occupancy=rw.occupancy(kernel, name), **args)
     stage = kind == "fwd" and STAGE_FWD["on"] and rw.stage_fwd(p, dtype, al, STAGE_FWD["two_ahead"])
+    if (kind == "fwd" and STAGE_SHORT_FWD["on"] and variant == "auto" and al and p.path == "subwarp"
+            and dtype in STAGE_SHORT_FWD["dtypes"] and p.group in STAGE_SHORT_FWD["groups"]):
+        stage = 1
     g = rw.short_group(p, dtype, al, variant, staged=kind == "bwd" or bool(stage))  # compile-time group, if any
     smem = 0
     if (kind == "bwd" and dtype in ("float16", "bfloat16") and al and WIDE_BWD["on"] and variant == "auto"
