@@ -74,9 +74,12 @@ softmax_fwd(
   const long long step = at.nrg * at.gpb, ahead = STAGE == 2 ? 2 * step : step;  // the row staged next
   const long long first = at.rg * at.gpb + at.gi;
   stage_first<STAGE, T, MAXP>(sx, x, first * n + begin, first < rows, L, step * n, first + step < rows);
-  const int lead = STAGE ? 0 : at.lead;  // staged: a block a row
+  // Staged rows a block each always have a row; staged sub-warp groups (GT < 32) loop with their warp as the others
+  // (a dead group: nothing staged, garbage reduced, nothing stored).
+  constexpr bool BLOCK_STAGED = STAGE && !(GT > 0 && GT < 32);
+  const int lead = BLOCK_STAGED ? 0 : at.lead;
   for (long long row = first; row - lead < rows; row += step, scratch.next_row()) {
-    const bool live = STAGE || row < rows;
+    const bool live = BLOCK_STAGED || row < rows;
     const long long from = (live ? row : rows - 1) * n + begin;  // past the end: the last row again, not stored
     P r[MAXP];
     // -inf: neutral for max and exp-sum
@@ -202,9 +205,10 @@ __device__ __forceinline__ A softmax_grad(A y, A g, A c) {
 // Backward from the output y and its gradient dy (dx may be dy):
 //   softmax:     dx = y * (dy - sum(dy * y))
 //   log_softmax: dx = dy - exp(y) * sum(dy)
-// Launch and limits as softmax_fwd, with MAXP packs per thread. STAGE (aligned half-type rows, a grid
-// of resident blocks looping over rows): dynamic shared memory of 2 * packs * blockDim.x packs holds the
-// next row's y and dy, copied (cp.async) while this row is reduced, exchanged and written. A template
+// Launch and limits as softmax_fwd, with MAXP packs per thread. STAGE (aligned rows, a grid of resident
+// blocks looping over rows: half-type block rows, float32 sub-warp groups of 8): dynamic shared memory of
+// 2 * packs * blockDim.x packs holds each thread's packs of its group's next row of y and dy, copied
+// (cp.async) while this row is reduced, exchanged and written. A template
 // argument, so the unstaged instance stays the code it was (a run-time flag cost 7% on 65536x128).
 // PACKS: packs of each of y and dy per thread: RowPacks (512-thread blocks, two per SM), or a wide form
 // of twice that in 1024-thread blocks (one per SM) so that a 32768-element half row fits one block
@@ -235,9 +239,10 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
   const int step = (int)at.nrg * at.gpb;  // 32 bits (plan() caps grid * gpb at 2^30): the 64-bit product spilled
   long long row = (int)at.rg * at.gpb + at.gi;
   if (STAGE) stage_first_pair<T, MAXP>(sy, sd, y, dy, row * n + begin, row < rows, L);
-  const int lead = STAGE ? 0 : at.lead;  // staged: a block a row
+  constexpr bool BLOCK_STAGED = STAGE && !(GT > 0 && GT < 32);  // as softmax_fwd's
+  const int lead = BLOCK_STAGED ? 0 : at.lead;
   for (; row - lead < rows; row += step) {
-    const bool live = STAGE || row < rows;
+    const bool live = BLOCK_STAGED || row < rows;
     const long long off = (live ? row : rows - 1) * n + begin;  // past the end: the last row again, not stored
     P ry[MAXP], rd[MAXP];
     load_row_pair<STAGE, T, MAXP>(ry, rd, sy, sd, y, dy, off, step * n, row + step < rows, L);

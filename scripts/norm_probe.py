@@ -118,8 +118,9 @@ def use(cu_dir):
         rw.ZERO_WORDS_AFTER["on"] = cu_dir != "memset"
     if hasattr(N, "FULL_PARTS"):
         N.FULL_PARTS["on"] = cu_dir != "nofull"
-    if hasattr(N, "STAGE_SHORT_BWD"):  # nostageshort: the sub-warp backward rows unstaged
-        N.STAGE_SHORT_BWD["on"] = cu_dir != "nostageshort"
+    for M in (N, S):  # nostageshort: the sub-warp backward rows unstaged (norm and softmax)
+        if hasattr(M, "STAGE_SHORT_BWD"):
+            M.STAGE_SHORT_BWD["on"] = cu_dir != "nostageshort"
     for M in (N, S):  # nostageshortfwd: the sub-warp forward rows unstaged (norm and softmax)
         if hasattr(M, "STAGE_SHORT_FWD"):
             M.STAGE_SHORT_FWD["on"] = cu_dir != "nostageshortfwd"

@@ -204,18 +204,28 @@ def test_forward_short_groups(dtype):
 
 @gpu
 @pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
-def test_forward_staged_short_rows(mode):
-    """Sub-warp rows that stage the group's next row (softmax.STAGE_SHORT_FWD), whole and part-filled, over enough
-    rows (3 x 132 x 2048 / G) that every group of the resident grid takes several: a few hundred give each one."""
+def test_staged_short_rows(mode):
+    """Sub-warp rows that stage the group's next row (softmax.STAGE_SHORT_FWD / STAGE_SHORT_BWD), whole and
+    part-filled, over enough rows (3 x 132 x 2048 / G, and 7 more: a last step that only some groups of a warp take)
+    that every group of the resident grid takes several: a few hundred give each one."""
     from cupy_kernels.ops import softmax as S
 
-    ref = ref_softmax if mode == "softmax" else ref_log_softmax
-    for dtype in S.STAGE_SHORT_FWD["dtypes"]:
-        V, P = rw.vec(dtype), maxp(dtype, "fwd")
-        for G in S.STAGE_SHORT_FWD["groups"]:
-            for n in (G * P * V, (G // 2) * P * V + V):
-                x, xv = make((3 * SMS * 2048 // G + 7, n), dtype)
-                assert rel_err(softmax_impl(x, -1, mode), ref(xv)) <= TOL[dtype], (G, n)
+    ref, grad = (ref_softmax, ref_softmax_grad) if mode == "softmax" else (ref_log_softmax, ref_log_softmax_grad)
+    for kind, sw in (("fwd", S.STAGE_SHORT_FWD), ("bwd", S.STAGE_SHORT_BWD)):
+        for dtype in sw["dtypes"]:
+            V, P = rw.vec(dtype), maxp(dtype, kind)
+            for G in sw["groups"]:
+                for n in (G * P * V, (G // 2) * P * V + V):
+                    rows = 3 * SMS * 2048 // G + 7
+                    if kind == "fwd":
+                        x, xv = make((rows, n), dtype)
+                        assert rel_err(softmax_impl(x, -1, mode), ref(xv)) <= TOL[dtype], (kind, G, n)
+                    else:
+                        y = ref(rng().standard_normal((rows, n)) * 3)
+                        yc, yv = cupy_array(y, dtype), rounded(y, dtype)
+                        dy, dyv = make((rows, n), dtype)
+                        got = softmax_backward_impl(yc, dy, -1, mode)
+                        assert rel_err(got, grad(yv, dyv)) <= 2 * TOL[dtype], (kind, G, n)
 
 
 @gpu

@@ -29,9 +29,12 @@ STAGE_MAX_BYTES = 40 * 1024  # the default 48 KB dynamic window, less the static
 # softmax 44.1 -> 42.2 us, log_softmax 41.9 -> 40.8 (layer_norm / rms_norm measured slower: 44.8 -> 49.6,
 # 36.5 -> 37.2, so norm.py stages one row ahead). Probe switches.
 STAGE_FWD = {"on": True, "two_ahead": True}
-# float32 sub-warp forward rows of 8-thread groups (65..128 elements) staged as norm.STAGE_SHORT_FWD's: H100, same
-# process (`benchmarks/runs/issue4-session23/08-*`), 65536x128 softmax 20.8 -> 20.3 us, log_softmax 21.0 -> 20.4;
-# 131072x128 equal. A probe switch.
+# float32 sub-warp rows of 8-thread groups (65..128 elements) staged, forward and backward, as norm's (a resident
+# grid, each group copying its next row in). H100, same process (`benchmarks/runs/issue4-session23/10-*`, us):
+# forward 65536x128 softmax 20.7 -> 20.1, log_softmax 20.9 -> 20.2, 131072x128 42.8 -> 42.5; backward 65536x128
+# 30.6 -> 29.9 / 30.7 -> 30.1 but 131072x128 63.4 -> 63.7 / 63.3 -> 63.8, and groups of 16 and 32 (65536x256,
+# 32768x512) equal: only groups of 8. Probe switches.
+STAGE_SHORT_BWD = {"on": True, "groups": (8,), "dtypes": ("float32",)}
 STAGE_SHORT_FWD = {"on": True, "groups": (8,), "dtypes": ("float32",)}
 
 
@@ -68,6 +71,8 @@ SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for
                + [_name("bwd", t, m, True, group=rw.ROW_BLOCK) for t in ("float16", "bfloat16") for m in MODES]
                + [_name("fwd", t, m, 1, group=g, full=f) for t in STAGE_SHORT_FWD["dtypes"] for m in MODES
                   for g in STAGE_SHORT_FWD["groups"] for f in (False, True)]
+               + [_name("bwd", t, m, True, group=g) for t in STAGE_SHORT_BWD["dtypes"] for m in MODES
+                  for g in STAGE_SHORT_BWD["groups"]]
                + [_parts_name(m, t, "fwd", k) for t in rw.STAGE_FWD_DTYPES for m in MODES for k in (4, 8)]
                + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES] + [rw.ZERO_WORDS])
 
@@ -130,6 +135,11 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
                                                        np.int32(p.packs), np.int32(p.parts)),
                             smem, k=2 if kind == "fwd" else 1)
         return p
+    elif (kind == "bwd" and STAGE_SHORT_BWD["on"] and g and p.path == "subwarp" and dtype in STAGE_SHORT_BWD["dtypes"]
+          and g in STAGE_SHORT_BWD["groups"]):  # a resident grid of sub-warp groups, each staging its next row
+        name = _name(kind, dtype, mode, stage=True, group=g)
+        p, smem = rw.staged_plan(SOURCE.kernel(name), name, rows, n, dtype, maxp, BWD_THREADS, tensors=2, **args)
+        kernel = SOURCE.kernel(name, smem)
     elif kind == "bwd" and staged_bwd(p, dtype, al, rows, n, current().sm_count):
         # a resident grid that loops over rows, so each block has a next row to stage
         name = _name(kind, dtype, mode, stage=True, group=g)
