@@ -210,6 +210,13 @@ def stage_fwd(p: Plan, dtype: str, al: int, two_ahead: bool = False) -> int:
     return 2 if two_ahead and p.threads == 1024 and p.parts == 1 else 1
 
 
+def stage_short(switch: dict, p: Plan, dtype: str, al: int, variant: str = "auto") -> bool:
+    """Whether a launch planned as `p` stages its sub-warp rows (a resident grid, each group copying its next row
+    in while it does this one): `switch` ({"on", "groups", "dtypes"}) names the groups and dtypes measured faster."""
+    return (switch["on"] and variant == "auto" and bool(al) and p.path == "subwarp" and dtype in switch["dtypes"]
+            and p.group in switch["groups"])
+
+
 def stage_token(stage: int) -> str:
     """A kernel name's STAGE argument."""
     return "2" if stage == 2 else "true" if stage else "false"

@@ -391,9 +391,7 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                 smem = 0
                 # layer_norm over several blocks per row measured 2% slower staged (256x262144 float32)
                 stage = rw.stage_fwd(p, dtype, al) if STAGE_FWD["on"] and (mode == "rms_norm" or p.parts == 1) else 0
-                if (STAGE_SHORT_FWD["on"] and variant == "auto" and al and p.path == "subwarp"
-                        and dtype in STAGE_SHORT_FWD["dtypes"] and p.group in STAGE_SHORT_FWD["groups"]):
-                    stage = 1
+                stage = stage or int(rw.stage_short(STAGE_SHORT_FWD, p, dtype, al, variant))
                 g = rw.short_group(p, dtype, al, variant, staged=bool(stage))
                 if stage:
                     name = _fwd(dtype, mode, stage=stage, group=g)

@@ -117,9 +117,7 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count,
                 occupancy=rw.occupancy(kernel, name), **args)
     stage = kind == "fwd" and STAGE_FWD["on"] and rw.stage_fwd(p, dtype, al, STAGE_FWD["two_ahead"])
-    if (kind == "fwd" and STAGE_SHORT_FWD["on"] and variant == "auto" and al and p.path == "subwarp"
-            and dtype in STAGE_SHORT_FWD["dtypes"] and p.group in STAGE_SHORT_FWD["groups"]):
-        stage = 1
+    stage = stage or int(kind == "fwd" and rw.stage_short(STAGE_SHORT_FWD, p, dtype, al, variant))
     g = rw.short_group(p, dtype, al, variant, staged=kind == "bwd" or bool(stage))  # compile-time group, if any
     smem = 0
     if (kind == "bwd" and dtype in ("float16", "bfloat16") and al and WIDE_BWD["on"] and variant == "auto"
@@ -135,8 +133,7 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
                                                        np.int32(p.packs), np.int32(p.parts)),
                             smem, k=2 if kind == "fwd" else 1)
         return p
-    elif (kind == "bwd" and STAGE_SHORT_BWD["on"] and g and p.path == "subwarp" and dtype in STAGE_SHORT_BWD["dtypes"]
-          and g in STAGE_SHORT_BWD["groups"]):  # a resident grid of sub-warp groups, each staging its next row
+    elif kind == "bwd" and g and rw.stage_short(STAGE_SHORT_BWD, p, dtype, al, variant):  # sub-warp groups
         name = _name(kind, dtype, mode, stage=True, group=g)
         p, smem = rw.staged_plan(SOURCE.kernel(name), name, rows, n, dtype, maxp, BWD_THREADS, tensors=2, **args)
         kernel = SOURCE.kernel(name, smem)
