@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
 // of its group's next row's src and dy (cp.async) into dynamic shared memory of 2 * packs * blockDim.x 16-byte
 // slots (the larger of the two sizes with several groups) while this row is processed, as softmax_bwd: a
 // 1024-thread block alone on its SM otherwise waits for each row's loads after the previous row's exchange and
-// stores; sub-warp groups of 8-32 threads with ~8 rows a group likewise (host: norm.stage_short).
+// stores; sub-warp groups of 8-32 threads with ~8 rows a group likewise (host: norm.stage_short_bwd).
 // DB = false (layer_norm only): no dbias accumulators (the host sums dy's columns itself): 16 fewer
 // registers for the two-pack half form, whose accumulators spill. GT: the group known at compile time (fix_group).
 // The backward's arithmetic of one row, shared by norm_bwd and norm_bwd_pipelined.

@@ -118,12 +118,10 @@ def use(cu_dir):
         rw.ZERO_WORDS_AFTER["on"] = cu_dir != "memset"
     if hasattr(N, "FULL_PARTS"):
         N.FULL_PARTS["on"] = cu_dir != "nofull"
-    for M in (N, S):  # nostageshort: the sub-warp backward rows unstaged (norm and softmax)
-        if hasattr(M, "STAGE_SHORT_BWD"):
-            M.STAGE_SHORT_BWD["on"] = cu_dir != "nostageshort"
-    for M in (N, S):  # nostageshortfwd: the sub-warp forward rows unstaged (norm and softmax)
-        if hasattr(M, "STAGE_SHORT_FWD"):
-            M.STAGE_SHORT_FWD["on"] = cu_dir != "nostageshortfwd"
+    for M in (N, S):  # nostageshort / nostageshortfwd: the sub-warp backward / forward rows unstaged
+        for key, off in (("STAGE_SHORT_BWD", "nostageshort"), ("STAGE_SHORT_FWD", "nostageshortfwd")):
+            if hasattr(M, key):
+                getattr(M, key)["on"] = cu_dir != off
     if hasattr(rw, "FULL_ROWS"):
         rw.FULL_ROWS["on"] = cu_dir != "nofullrows"
         rw.FULL_ROWS["two_ahead"] = cu_dir == "full2"  # softmax's rows staged two ahead in FULL instances too

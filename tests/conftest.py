@@ -41,6 +41,13 @@ def group_lengths(V: int, P: int, block_row: int) -> list[tuple[int, int]]:
     return sub + [(rw.ROW_BLOCK, 64 * P * V + V), (rw.ROW_BLOCK, block_row)]
 
 
+def many_rows(G: int, sms: int = 132) -> int:
+    """Rows that give every group of G threads of a full chip (sms SMs x 2048 threads) three or four rows, the last
+    step taken by only some groups of a warp: staged short rows' next-row copies run (a few thousand rows give each
+    group at most one)."""
+    return 3 * sms * 2048 // G + 7
+
+
 def rng():
     """A fresh generator per call: every test draws new inputs."""
     return np.random.default_rng()

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import cupy_kernels as ck
-from conftest import FLOATS, TOL, cupy_array, gpu, group_lengths, rel_err, rng, rounded, to_f64, torch, torch_gpu
+from conftest import (FLOATS, TOL, cupy_array, gpu, group_lengths, many_rows, rel_err, rng, rounded, to_f64, torch,
+                      torch_gpu)
 from cupy_kernels.ops import _rowwise as rw
 from cupy_kernels.ops.norm import bwd_maxp, bwd_threads, fwd_threads, norm_backward_impl, norm_forward_impl
 
@@ -615,7 +616,7 @@ def test_backward_short_groups(mode, staged, monkeypatch):
     """The backward instances compiled for their group (norm.SHORT_BWD), each sub-warp G full and part-filled,
     and a block a row (ROW_BLOCK, below norm_bwd_shared's lengths), from x and from the output, over
     301 and 4001 rows (persistent grids: groups with one row more than others, and several rows a group);
-    with the groups' next rows staged where norm.stage_short says, and with none staged."""
+    with the groups' next rows staged where norm.stage_short_bwd says, and with none staged."""
     from cupy_kernels.ops import norm as N
 
     monkeypatch.setitem(N.STAGE_SHORT_BWD, "on", staged)
@@ -626,22 +627,16 @@ def test_backward_short_groups(mode, staged, monkeypatch):
         for G, n in group_lengths(V, P, 1000):
             p = rw.plan(301, n, dtype, P, bwd_threads(dtype, packs), SMS, persistent=True)
             assert rw.short_group(p, dtype, 1) == G and (p.group == G or p.path == "block"), (G, n, p)
-            staged_cases += N.stage_short(dtype, mode, G, rw.whole_rows(p, dtype, P))
+            staged_cases += N.stage_short_bwd(dtype, mode, G, rw.whole_rows(p, dtype, P))
             for rows in (301, 4001):
                 check_backward_from_x_and_y(backward_case(rows, n, dtype, mode), dtype, mode, (G, n, rows))
     assert (staged_cases > 0) == staged
 
 
-def many_rows(G):
-    """Rows that give every group of G threads of a full chip (132 SMs x 2048 threads) three or four rows: the
-    staged short rows' next-row copies run (a few thousand rows give each group at most one)."""
-    return 3 * SMS * 2048 // G + 7
-
-
 @gpu
 @pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
 def test_staged_short_rows(mode):
-    """Sub-warp rows that stage the group's next row (norm.stage_short backward, norm.STAGE_SHORT_FWD forward),
+    """Sub-warp rows that stage the group's next row (norm.stage_short_bwd backward, norm.STAGE_SHORT_FWD forward),
     whole and part-filled, over enough rows that every group takes several."""
     from cupy_kernels.ops import norm as N
 
@@ -650,15 +645,15 @@ def test_staged_short_rows(mode):
         V, P = rw.vec(dtype), bwd_maxp(dtype, packs)
         for G in rw.SHORT_GROUPS:
             for n, full in ((G * P * V, True), ((G // 2) * P * V + V, False)):
-                if G > 1 and N.stage_short(dtype, mode, G, full):
+                if G > 1 and N.stage_short_bwd(dtype, mode, G, full):
                     cases += 1
-                    check_backward_from_x_and_y(backward_case(many_rows(G), n, dtype, mode), dtype, mode, (G, n))
+                    check_backward_from_x_and_y(backward_case(many_rows(G, SMS), n, dtype, mode), dtype, mode, (G, n))
     for dtype in N.STAGE_SHORT_FWD["dtypes"]:
         V = rw.vec(dtype)
         for G in N.STAGE_SHORT_FWD["groups"]:
             for n in (G * rw.fwd_maxp(dtype) * V, (G // 2) * rw.fwd_maxp(dtype) * V + V):
                 cases += 1
-                x, xv = make((many_rows(G), n), dtype, 2.0, 0.5)
+                x, xv = make((many_rows(G, SMS), n), dtype, 2.0, 0.5)
                 w, b, wv, bv = affine(n, dtype, mode)
                 want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
                 y, _, rstd = norm_forward_impl(x, w, b, 1e-5, mode)

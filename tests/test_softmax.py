@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import cupy_kernels as ck
-from conftest import FLOATS, TOL, cupy_array, gpu, group_lengths, rel_err, rng, rounded, to_f64, torch, torch_gpu
+from conftest import (FLOATS, TOL, cupy_array, gpu, group_lengths, many_rows, rel_err, rng, rounded, to_f64, torch,
+                      torch_gpu)
 from cupy_kernels.ops import _rowwise as rw
 from cupy_kernels.ops.softmax import softmax_backward_impl, softmax_impl, threads_of
 
@@ -206,8 +207,8 @@ def test_forward_short_groups(dtype):
 @pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
 def test_staged_short_rows(mode):
     """Sub-warp rows that stage the group's next row (softmax.STAGE_SHORT_FWD / STAGE_SHORT_BWD), whole and
-    part-filled, over enough rows (3 x 132 x 2048 / G, and 7 more: a last step that only some groups of a warp take)
-    that every group of the resident grid takes several: a few hundred give each one."""
+    part-filled, over conftest.many_rows: every group of the resident grid takes several, the last step only some
+    groups of a warp."""
     from cupy_kernels.ops import softmax as S
 
     ref, grad = (ref_softmax, ref_softmax_grad) if mode == "softmax" else (ref_log_softmax, ref_log_softmax_grad)
@@ -216,7 +217,7 @@ def test_staged_short_rows(mode):
             V, P = rw.vec(dtype), maxp(dtype, kind)
             for G in sw["groups"]:
                 for n in (G * P * V, (G // 2) * P * V + V):
-                    rows = 3 * SMS * 2048 // G + 7
+                    rows = many_rows(G, SMS)
                     if kind == "fwd":
                         x, xv = make((rows, n), dtype)
                         assert rel_err(softmax_impl(x, -1, mode), ref(xv)) <= TOL[dtype], (kind, G, n)

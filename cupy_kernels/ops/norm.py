@@ -101,7 +101,7 @@ SHORT_BWD = {"float32": 2, "float16": 1, "bfloat16": 1}
 STAGE_SHORT_BWD = {"on": True}
 
 
-def stage_short(dtype: str, mode: str, group: int, full: bool) -> bool:
+def stage_short_bwd(dtype: str, mode: str, group: int, full: bool) -> bool:
     """Whether sub-warp rows of `group` threads take the staged instance. Measured on the H100 (same process,
     `benchmarks/runs/issue4-session23/03-*`, `04-*`): groups of 8 to 32 gain 2-5% (65536x128 f32 layer 35.5 -> 34.4 us,
     rms 34.4 -> 32.9; 131072x192 bf16 rms 58.6 -> 56.0), groups of 4 do not (262144x32 f32); a half type's layer_norm
@@ -286,7 +286,7 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_bwd(t, m, f, packs=k, group=g, full=fl) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
                   for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,) for fl in (False, True)]
                + [_bwd(t, m, f, True, k, group=g, full=fl) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
-                  for g in rw.SHORT_GROUPS for fl in (False, True) if stage_short(t, m, g, fl)]
+                  for g in rw.SHORT_GROUPS for fl in (False, True) if stage_short_bwd(t, m, g, fl)]
                + [_bwd(t, m, f, st, 1) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
                   for st in (False, True)]
                + [_bwd(t, "layer_norm", f, False, 2, db=False) for t in ("float16", "bfloat16") for f in (0, 1)]
@@ -518,7 +518,7 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                 # FULL rows as the forwards' (the plan's group and packs do not depend on the kernel's occupancy);
                 # planned with its own occupancy: the persistent grid may differ
                 full = rw.FULL_ROWS["on"] and rw.whole_rows(p, dtype, bwd_maxp(dtype, packs))
-                kernel, p, smem = planned(stage_short(dtype, mode, g, full), g, full)
+                kernel, p, smem = planned(stage_short_bwd(dtype, mode, g, full), g, full)
             counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["bwd"])
             sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
             nrg = p.grid // p.parts
