@@ -46,7 +46,10 @@ __device__ __forceinline__ A softmax_out(A d, A inv, A ls) {
 // STAGE 2: the next two rows, in two sets of slots (2 * MAXP * blockDim.x) alternating with the row's parity.
 // GT (fix_group, rows.cuh): the group known at compile time (1..32, or ROW_BLOCK), one aligned segment a row.
 // FULL (with GT): every thread holds MAXP whole packs of every row (n = MAXP * V * G; the host checks).
-template <typename T, int MODE, int STAGE, int GT = 0, bool FULL = false>
+// SHIFT (run-time group, unstaged): shifted rows (shift_row, rows.cuh): 16-byte aligned x and y, n not a multiple
+// of V; the host plans the geometry for n + V - 1 elements; sub-warp groups take 16 bytes of dynamic shared memory a
+// group (store_shifted).
+template <typename T, int MODE, int STAGE, int GT = 0, bool FULL = false, bool SHIFT = false>
 __global__ void __launch_bounds__(FwdBounds<T, STAGE, GT>::threads, FwdBounds<T, STAGE, GT>::blocks)
 softmax_fwd(
     const T* x, T* y, long long rows, long long n, long long chunk, int G, int packs, int parts, int aligned,
@@ -60,14 +63,15 @@ softmax_fwd(
   if (FULL) packs = MAXP;
   // softmax keeps exp(x - max) of its first KEEP packs from the sum for the output: one exp an element there,
   // not two. As many as fit the 64 registers unspilled: all of float32 / float64, one of a half type's four
-  // (two spilled and measured slower; benchmarks/notes.md).
-  constexpr int KEEP = MODE != SOFTMAX ? 0 : sizeof(T) == 2 ? 1 : MAXP;
+  // (two spilled and measured slower; benchmarks/notes.md); none on shifted rows (their stores' hand-over spilled).
+  constexpr int KEEP = MODE != SOFTMAX || SHIFT ? 0 : sizeof(T) == 2 ? 1 : MAXP;
   __shared__ A scratch_mem[2 * 2 * 32];
   RowScratch<A, 2> scratch{scratch_mem};  // one barrier a reduction
   const RowGrid at(G, parts, GT == ROW_BLOCK);
   const int part = at.part;
   const long long begin = part * chunk;
-  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0, FULL};
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, !SHIFT && aligned, FULL,
+                       SHIFT};
   const unsigned mask = 0xffffffffu;  // whole warps loop together (RowGrid::lead)
   extern __shared__ int4 staged[];
   P* const sx = reinterpret_cast<P*>(staged);
@@ -80,11 +84,12 @@ softmax_fwd(
   const int lead = BLOCK_STAGED ? 0 : at.lead;
   for (long long row = first; row - lead < rows; row += step, scratch.next_row()) {
     const bool live = BLOCK_STAGED || row < rows;
-    const long long from = (live ? row : rows - 1) * n + begin;  // past the end: the last row again, not stored
+    RowLayout<T> R = L;  // past the end: the last row again, not stored
+    const long long from = shift_row(R, live ? row : rows - 1, rows, n, begin, chunk);
     P r[MAXP];
     // -inf: neutral for max and exp-sum
     load_row<STAGE, T, MAXP>(r, sx + (STAGE == 2 ? scratch.odd() * MAXP * blockDim.x : 0), x, from,
-                             ahead * n, row + ahead < rows, L, -__int_as_float(0x7f800000));
+                             ahead * n, row + ahead < rows, R, -__int_as_float(0x7f800000));
     A m = lowest<A>();
 #pragma unroll
     for (int p = 0; p < MAXP; ++p)
@@ -117,6 +122,18 @@ softmax_fwd(
     }
     const A inv = A(1) / s, ls = acc_log<A>(s), kept_inv = inv * kept;
     opaque<T, MAXP, KEEP>(r);
+    if constexpr (SHIFT) {
+      store_shifted<T, MAXP>(y + from, R, live, row + 1 < rows, sx, [&](int p) {
+        P o;
+        auto out = [&](int e) {
+          return p < KEEP ? ex[p * V + e] * kept_inv : softmax_out<MODE>(elem<A>(r[p], e) - m, inv, ls);
+        };
+#pragma unroll
+        for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
+        return o;
+      });
+      continue;
+    }
     T* yr = y + row * n + begin;
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
@@ -212,12 +229,12 @@ __device__ __forceinline__ A softmax_grad(A y, A g, A c) {
 // argument, so the unstaged instance stays the code it was (a run-time flag cost 7% on 65536x128).
 // PACKS: packs of each of y and dy per thread: RowPacks (512-thread blocks, two per SM), or a wide form
 // of twice that in 1024-thread blocks (one per SM) so that a 32768-element half row fits one block
-// (no exchange between blocks; staged: 128 KB of shared memory). GT: as softmax_fwd's.
+// (no exchange between blocks; staged: 128 KB of shared memory). GT, SHIFT: as softmax_fwd's.
 template <typename T, int PACKS> struct SoftmaxBwdBounds {
   static constexpr bool wide = PACKS > RowPacks<T>::value;
   static constexpr int threads = wide ? 1024 : 512, min_blocks = wide ? 1 : RowMinBlocks<T>::value;
 };
-template <typename T, int MODE, bool STAGE, int PACKS, int GT = 0>
+template <typename T, int MODE, bool STAGE, int PACKS, int GT = 0, bool SHIFT = false>
 __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBwdBounds<T, PACKS>::min_blocks) softmax_bwd(const T* __restrict__ y, const T* dy, T* dx, long long rows,
                                                      long long n, long long chunk, int G, int packs, int parts,
                                                      int aligned, int phase, int* sync,
@@ -231,7 +248,8 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
   const RowGrid at(G, parts, GT == ROW_BLOCK);
   const int part = at.part;
   const long long begin = part * chunk;
-  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0};
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, !SHIFT && aligned, false,
+                       SHIFT};
   const unsigned mask = 0xffffffffu;  // whole warps loop together (RowGrid::lead)
   extern __shared__ int4 staged[];
   P* const sy = reinterpret_cast<P*>(staged);
@@ -243,9 +261,10 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
   const int lead = BLOCK_STAGED ? 0 : at.lead;
   for (; row - lead < rows; row += step) {
     const bool live = BLOCK_STAGED || row < rows;
-    const long long off = (live ? row : rows - 1) * n + begin;  // past the end: the last row again, not stored
+    RowLayout<T> R = L;  // past the end: the last row again, not stored
+    const long long off = shift_row(R, live ? row : rows - 1, rows, n, begin, chunk);
     P ry[MAXP], rd[MAXP];
-    load_row_pair<STAGE, T, MAXP>(ry, rd, sy, sd, y, dy, off, step * n, row + step < rows, L);
+    load_row_pair<STAGE, T, MAXP>(ry, rd, sy, sd, y, dy, off, step * n, row + step < rows, R);
     A c = A(0);
 #pragma unroll
     for (int p = 0; p < MAXP; ++p)
@@ -263,6 +282,16 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
     }
     opaque<T, MAXP>(ry);  // convert again below rather than keep float copies live (half types)
     opaque<T, MAXP>(rd);
+    if constexpr (SHIFT) {
+      store_shifted<T, MAXP>(dx + off, R, live, row + 1 < rows, sy, [&](int p) {
+        P o;
+        auto out = [&](int e) { return softmax_grad<MODE>(elem<A>(ry[p], e), elem<A>(rd[p], e), c); };
+#pragma unroll
+        for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
+        return o;
+      });
+      continue;
+    }
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {

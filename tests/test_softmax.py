@@ -244,6 +244,43 @@ def test_backward_short_groups(dtype):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", ALL)
+def test_shifted_rows(dtype):
+    """Rows that are not whole packs of aligned arrays (shifted rows, rows.cuh shift_row): every head offset, a
+    sub-warp, a block and a multi-block length, forward and backward, out of place and in place; and the same
+    rows from a base one element past a 16-byte boundary, which keep the element path."""
+    import cupy
+
+    V = rw.vec(dtype)
+    block = threads(dtype, "fwd") * maxp(dtype, "fwd") * V
+    for n in (1, V - 1, V + 1, 3 * V + 1, 100, 1001, block - 1, block + V - 1, 2 * block + 3):
+        if n < 1 or n % V == 0:
+            continue
+        rows = 4 * V + 3 if n > 4096 else 1000
+        for mode, ref, grad in (("softmax", ref_softmax, ref_softmax_grad),
+                                ("log_softmax", ref_log_softmax, ref_log_softmax_grad)):
+            x, xv = make((rows, n), dtype)
+            flat = cupy.empty(rows * n + 1, dtype=x.dtype)
+            skewed = flat[1:].reshape(rows, n)  # contiguous, base 2-8 bytes past a boundary
+            skewed[...] = x
+            want = ref(xv)
+            assert close_everywhere(softmax_impl(x, -1, mode), want, dtype), (n, mode)
+            assert close_everywhere(softmax_impl(skewed, -1, mode), want, dtype), (n, mode, "skewed")
+            yc, yv = cupy_array(want, dtype), rounded(want, dtype)
+            dy, dyv = make((rows, n), dtype)
+            assert close_everywhere(softmax_backward_impl(yc, dy, -1, mode), grad(yv, dyv), dtype, 2), (n, mode)
+        x2 = x.copy()
+        assert ck.softmax_(x2) is x2 and close_everywhere(x2, ref_softmax(xv), dtype), (n, "in place")
+
+
+def close_everywhere(got, want, dtype, k=1):
+    """Every element within k * TOL of its reference (relative, or of the largest one): a row's end element that
+    is missed or taken from the next row cannot hide in a norm."""
+    got = to_f64(got)
+    return bool(np.allclose(got, want, rtol=4 * k * TOL[dtype], atol=4 * k * TOL[dtype] * np.abs(want).max()))
+
+
+@gpu
 @pytest.mark.parametrize("variant", ["block", "scalar", "split", "exchange", "counter"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_ladder_variants(variant, dtype):

@@ -5,7 +5,8 @@
 // two <= 32, or the whole block). Thread `lane` of the group owns packs p = 0 .. packs-1, each of V
 // consecutive elements starting at element (p * G + lane) * V of the segment, so a group's loads of
 // one p are contiguous. `aligned` means every pointer is 16-byte aligned and the row length is a
-// multiple of V: packs move as one 16-byte access; otherwise each element moves alone (same layout).
+// multiple of V: packs move as one 16-byte access; otherwise each element moves alone (same layout),
+// unless the row is `shifted` (see shift_row): its packs then start at the 16-byte boundary before it.
 #pragma once
 #include "reduce.cuh"
 #include "cluster.cuh"
@@ -58,9 +59,31 @@ template <typename T> struct RowLayout {
   int lane, G, packs;
   bool aligned;
   bool full = false;  // every pack p < packs lies inside the segment (a compile-time fact where it is one)
+  bool shifted = false;  // (not aligned) the segment's elements are [lo, len) of packs from a 16-byte boundary
+  int lo = 0;
+  bool readable = true;  // shifted: a pack across the row's end may be read whole (it stays inside the matrix)
   __device__ __forceinline__ int at(int p) const { return (p * G + lane) * V; }
   __device__ __forceinline__ bool inside(int p) const { return full || at(p) < len; }  // pack p, aligned rows
+  __device__ __forceinline__ bool whole(int i) const { return i >= lo && i + V <= len; }  // shifted pack at i
+  __device__ __forceinline__ bool mine(int i) const { return i >= lo && i < len; }  // shifted element i
 };
+
+// Shifted rows (the run-time `aligned` argument 2; softmax.cu): 16-byte aligned arrays whose row length is not a
+// multiple of V. A row's packs start at the 16-byte boundary `head` = (row * n) % V elements before it, so every
+// pack inside the row moves as one 16-byte access and only the two across its ends are masked, where the element
+// path moves each element alone (bfloat16 rows of 100: 3.8x slower than torch). Segments of a long row split
+// these packs at multiples of `chunk` (the host plans n + V - 1 elements). Sets L's lo / len / readable for the
+// row and returns the element offset of the segment's first pack; other layouts: row * n + begin, L unchanged.
+template <typename T>
+__device__ __forceinline__ long long shift_row(RowLayout<T>& L, long long row, long long rows, long long n,
+                                               long long begin, long long chunk) {
+  if (!L.shifted) return row * n + begin;
+  const int head = (int)((row * n) & (L.V - 1));
+  L.lo = begin == 0 ? head : 0;
+  L.len = (int)min(chunk, n + head - begin);
+  L.readable = row < rows - 1;
+  return row * n + begin - head;
+}
 
 // r[p] <- the thread's packs of `src` (a segment start) for p < packs; elements past the segment
 // end get `fill` (a value neutral for the caller's reductions), so no later pass needs a bounds test.
@@ -79,6 +102,18 @@ __device__ __forceinline__ void load_packs(typename Vec16<T>::type (&r)[MAXP], c
         } else {
 #pragma unroll
           for (int e = 0; e < L.V; ++e) r[p].v[e] = f;
+        }
+      } else if (L.shifted) {
+        // a pack across the row's end holds another row's elements (read, not used) or, at the matrix's
+        // end, nothing: element by element there
+        if (L.whole(i) || (L.readable && i < L.len)) {
+          r[p] = *reinterpret_cast<const P*>(src + i);
+          if (!L.whole(i))
+#pragma unroll
+            for (int e = 0; e < L.V; ++e) r[p].v[e] = L.mine(i + e) ? r[p].v[e] : f;
+        } else {
+#pragma unroll
+          for (int e = 0; e < L.V; ++e) r[p].v[e] = L.mine(i + e) ? src[i + e] : f;
         }
       } else {
 #pragma unroll
@@ -229,11 +264,53 @@ __device__ __forceinline__ void store_pack(T* dst, const typename Vec16<T>::type
   const int i = L.at(p);
   if (L.aligned) {
     if (L.inside(p)) *reinterpret_cast<P*>(dst + i) = v;
+  } else if (L.shifted && L.whole(i)) {
+    *reinterpret_cast<P*>(dst + i) = v;
   } else {
 #pragma unroll
     for (int e = 0; e < L.V; ++e)
-      if (i + e < L.len) dst[i + e] = v.v[e];
+      if (L.shifted ? L.mine(i + e) : i + e < L.len) dst[i + e] = v.v[e];
   }
+}
+
+// The output packs out(p), p < packs, of a shifted row (shift_row; dst: the segment's first pack). Each element
+// store at a row's end is a partial L2 sector write (bfloat16 rows of 100 written so at both ends: 5x slower
+// than aligned rows, L2-bound), so the pack a sub-warp row shares with the next row of its warp is written once,
+// whole: the next group hands its head pack over in `slots` (dynamic shared memory, one 16-byte slot a group of
+// the block) and this row's group merges it into its tail pack. Only a warp's first and last rows, rows shorter
+// than a pack and block rows write their ends element by element. Whole warps must call it together.
+template <typename T, int MAXP, typename F>
+__device__ __forceinline__ void store_shifted(T* dst, const RowLayout<T>& L, bool live, bool next_live,
+                                              typename Vec16<T>::type* slots, F out) {
+  typedef typename Vec16<T>::type P;
+  const int gs = __ffs(L.G) - 1, gi = threadIdx.x >> gs, in_warp = threadIdx.x & 31;
+  const bool pairs = L.G < 32 && L.len - L.lo >= L.V;  // a row of a pack or more shares a pack with one other
+  const bool give = pairs && live && L.lane == 0 && L.lo > 0 && in_warp >= L.G;
+  const bool take = pairs && live && next_live && in_warp < 32 - L.G;
+  const P first = out(0);  // pack 0: handed over, or stored below
+  if (give) slots[gi] = first;
+  __syncwarp();
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p) {
+    const int i = L.at(p);
+    if (p < L.packs && live && i < L.len && !(p == 0 && give)) {
+      P o = p == 0 ? first : out(p);
+      // __stwb: stored as a P or an int4, NVVM split the pack into four 4-byte stores
+      if (L.whole(i)) {
+        __stwb(reinterpret_cast<int4*>(dst + i), reinterpret_cast<const int4&>(o));
+      } else if (take && i >= L.lo) {  // the tail, shared with the next row
+        const P next = slots[gi + 1];
+#pragma unroll
+        for (int e = 0; e < L.V; ++e) o.v[e] = i + e < L.len ? o.v[e] : next.v[e];
+        __stwb(reinterpret_cast<int4*>(dst + i), reinterpret_cast<const int4&>(o));
+      } else {
+#pragma unroll
+        for (int e = 0; e < L.V; ++e)
+          if (L.mine(i + e)) dst[i + e] = o.v[e];
+      }
+    }
+  }
+  __syncwarp();  // the slots are read before the next row's hand-over
 }
 
 // Pack p of a per-column vector (weight / bias; `base` already offset to the segment), or `fill`

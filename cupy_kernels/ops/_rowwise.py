@@ -317,11 +317,14 @@ def occupancy(kernel, name: str, smem: int = 0):
     return per_sm
 
 
+def pointers_aligned(*arrays) -> bool:
+    """Every array (None: absent) starts on a 16-byte boundary."""
+    return all(a is None or a.data.ptr % 16 == 0 for a in arrays)
+
+
 def aligned(n: int, dtype: str, *arrays) -> int:
     """1 when every array is 16-byte aligned and rows are whole packs (16-byte accesses allowed)."""
-    if n % vec(dtype):
-        return 0
-    return int(all(a is None or a.data.ptr % 16 == 0 for a in arrays))
+    return int(n % vec(dtype) == 0 and pointers_aligned(*arrays))
 
 
 def exchange_buffers(call, p: Plan, dtype: str, k: int = 2, counter: bool = False):

@@ -52,14 +52,19 @@ def _parts_name(mode: str, dtype: str, kind: str = "fwd", packs: int | None = No
 
 
 def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False, group: int = 0,
-          full: bool = False) -> str:
+          full: bool = False, shift: bool = False) -> str:
     st = rw.stage_token(stage)
     if kind == "fwd":
-        return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}, {st}{rw.group_token(group, full)}>"
-    return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}, {st}, {rw.maxp(dtype) * (2 if wide else 1)}{rw.group_token(group)}>"
+        tail = f", {group}, false, true" if shift else rw.group_token(group, full)
+        return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}, {st}{tail}>"
+    tail = f", {group}, true" if shift else rw.group_token(group)
+    return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}, {st}, {rw.maxp(dtype) * (2 if wide else 1)}{tail}>"
 
 
-SOURCE.declare([_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
+SOURCE.declare([_name(k, t, m, shift=sh) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES
+                for sh in (False, True)]
+               + [_name(k, t, m, group=g, shift=True) for k in ("fwd", "bwd") for t in rw.SHORT_DTYPES for m in MODES
+                  for g in rw.SHORT_GROUPS]
                + [_name("bwd", t, m, True, w) for t in ("float16", "bfloat16") for m in MODES for w in (False, True)]
                + [_name("fwd", t, m, st) for t in rw.STAGE_FWD_DTYPES for m in MODES for st in (1, 2)]
                + [_name(k, t, m, group=g) for k in ("fwd", "bwd") for t in rw.SHORT_DTYPES for m in MODES
@@ -111,15 +116,22 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     long_rows = "exchange" if variant == "counter" else variant if variant in ("split", "exchange") else None
     args = dict(force=variant if variant == "block" else None, long_rows=long_rows)
     al = 0 if variant == "scalar" else rw.aligned(n, dtype, *srcs, out)
+    # rows of a pack or more that are not whole packs of aligned arrays: shifted rows (rows.cuh), planned for
+    # n + V - 1 elements (shorter rows measured slower so: each pack they share with their neighbours is written
+    # element by element)
+    shift = variant == "auto" and not al and n >= rw.vec(dtype) and rw.pointers_aligned(*srcs, out)
+    plan_n = n + rw.vec(dtype) - 1 if shift else n
     maxp = rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype)
-    name = _name(kind, dtype, mode)
+    name = _name(kind, dtype, mode, shift=shift)
     kernel = SOURCE.kernel(name)
-    p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), current().sm_count,
+    p = rw.plan(rows, plan_n, dtype, maxp, threads_of(kind, dtype, plan_n), current().sm_count,
                 occupancy=rw.occupancy(kernel, name), **args)
     stage = kind == "fwd" and STAGE_FWD["on"] and rw.stage_fwd(p, dtype, al, STAGE_FWD["two_ahead"])
     stage = stage or int(kind == "fwd" and rw.stage_short(STAGE_SHORT_FWD, p, dtype, al, variant))
     g = rw.short_group(p, dtype, al, variant, staged=kind == "bwd" or bool(stage))  # compile-time group, if any
-    smem = 0
+    smem = 16 * (p.threads // p.group) if shift and p.group < 32 else 0  # store_shifted's slots
+    if shift and p.path == "subwarp" and rw.COMPILED_GROUPS["on"] and dtype in rw.SHORT_DTYPES:
+        kernel = SOURCE.kernel(_name(kind, dtype, mode, group=p.group, shift=True))  # the group compiled in
     if (kind == "bwd" and dtype in ("float16", "bfloat16") and al and WIDE_BWD["on"] and variant == "auto"
             and p.parts > 1 and n <= WIDE_BWD_MAX):
         name = _name(kind, dtype, mode, stage=True, wide=True)
