@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
       }
     }
   };
-  pipelined_parts<T, MAXP, 1, K, true>(src, rows, n, begin, parts, L, words, reduce, write);
+  pipelined_parts<T, MAXP, 1, K, true>(src, rows, n, begin, chunk, parts, L, words, reduce, write);
 }
 
 // Backward. With FROM_OUTPUT = 0, src is the forward input x and mean / rstd the saved statistics
@@ -1043,7 +1043,7 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
       store_pack<T>(dxr, o, p, L);
     });
   };
-  pipelined_parts<T, MAXP, 2, 2, false>(src2, rows, n, begin, parts, L, words, reduce, write);
+  pipelined_parts<T, MAXP, 2, 2, false>(src2, rows, n, begin, chunk, parts, L, words, reduce, write);
   const long long rg = blockIdx.x / parts;
   if (dw_part) store_column_sums<T, MAXP>(dw_part + rg * n + begin, aw, L);
   if (DBS && db_part) store_column_sums<T, MAXP>(db_part + rg * n + begin, ab, L);

@@ -154,9 +154,9 @@ softmax_fwd(
 // write of y, and each row's exchange of partial statistics overlapped with the next row's reduction.
 // Launch: grid = parts * row groups, every block resident; blocks of <= 512 threads; dynamic shared memory
 // of 3 * MAXP * blockDim.x 16-byte slots (MAXP 4: 96 KB at 512, two blocks per SM; 8: 192 KB, one);
-// n <= parts * packs * blockDim.x * V; aligned rows, float accumulators (words: rows * parts * 2 tagged
-// 64-bit slots, zero before the first publish: zero_words). In place allowed (y == x).
-template <typename T, int MODE, int MAXP>
+// n <= parts * packs * blockDim.x * V; aligned rows (SHIFT: shifted ones, as softmax_fwd's), float accumulators
+// (words: rows * parts * 2 tagged 64-bit slots, zero before the first publish: zero_words). In place allowed (y == x).
+template <typename T, int MODE, int MAXP, bool SHIFT = false>
 __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) softmax_fwd_parts(const T* x, T* y, long long rows, long long n,
                                                             long long chunk, int packs, int parts,
                                                             unsigned long long* words) {
@@ -166,20 +166,27 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) softmax_fwd_parts(const
   RowScratch<float, 2> scratch{scratch_mem};
   const int part = blockIdx.x % parts;
   const long long begin = part * chunk;
-  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true};
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, !SHIFT, false, SHIFT};
   const T* const src[1] = {x};
   auto reduce = [&](long long row, const P* set) {
     float m = lowest<float>(), s = 0.f;
-    for_own_packs<MAXP>(L, [&](int p) {
-      const P v = own_slot<MAXP>(set, 0, p);
+    at_row<SHIFT>(L, row, rows, n, begin, chunk, [&](const RowLayout<T>& R, long long) {
+      auto pack = [&](int p) {  // SHIFT: the elements outside the row -inf, neutral for max and exp-sum
+        P v = own_slot<MAXP>(set, 0, p);
+        if constexpr (SHIFT) v = row_pack<T>(v, p, R, -__int_as_float(0x7f800000));
+        return v;
+      };
+      for_own_packs<MAXP>(R, [&](int p) {
+        const P v = pack(p);
 #pragma unroll
-      for (int e = 0; e < V; ++e) m = MaxOp::combine(m, elem<float>(v, e));
-    });
-    m = block_reduce<MaxOp, true>(m, scratch.at(0));
-    for_own_packs<MAXP>(L, [&](int p) {
-      const P v = own_slot<MAXP>(set, 0, p);
+        for (int e = 0; e < V; ++e) m = MaxOp::combine(m, elem<float>(v, e));
+      });
+      m = block_reduce<MaxOp, true>(m, scratch.at(0));
+      for_own_packs<MAXP>(R, [&](int p) {
+        const P v = pack(p);
 #pragma unroll
-      for (int e = 0; e < V; ++e) s += fast_exp<float>(elem<float>(v, e) - m);
+        for (int e = 0; e < V; ++e) s += fast_exp<float>(elem<float>(v, e) - m);
+      });
     });
     s = block_reduce<SumOp, true>(s, scratch.at(1));
     scratch.next_row();
@@ -193,20 +200,22 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) softmax_fwd_parts(const
       return got[2 * q] == lowest<float>() ? 0.f : got[2 * q + 1] * fast_exp<float>(got[2 * q] - m);
     });
     const float inv = 1.f / s, ls = acc_log<float>(s);
-    T* yr = y + row * n + begin;
+    at_row<SHIFT>(L, row, rows, n, begin, chunk, [&](const RowLayout<T>& R, long long off) {
+      T* yr = y + off;
 #pragma unroll
-    for (int p = 0; p < MAXP; ++p) {
-      if (p < packs) {
-        const P v = own_slot<MAXP>(set, 0, p);
-        P o;
-        auto out = [&](int e) { return softmax_out<MODE>(elem<float>(v, e) - m, inv, ls); };
+      for (int p = 0; p < MAXP; ++p) {
+        if (p < packs) {
+          const P v = own_slot<MAXP>(set, 0, p);
+          P o;
+          auto out = [&](int e) { return softmax_out<MODE>(elem<float>(v, e) - m, inv, ls); };
 #pragma unroll
-        for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
-        store_pack<T>(yr, o, p, L);
+          for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
+          store_pack<T>(yr, o, p, R);
+        }
       }
-    }
+    });
   };
-  pipelined_parts<T, MAXP, 1, 2, true>(src, rows, n, begin, parts, L, words, reduce, write);
+  pipelined_parts<T, MAXP, 1, 2, true, SHIFT>(src, rows, n, begin, chunk, parts, L, words, reduce, write);
 }
 
 // The backward's row sum c adds dy * y (softmax) or dy (log_softmax); dx = y * (dy - c) or dy - exp(y) * c.
@@ -309,8 +318,9 @@ __global__ void __launch_bounds__(SoftmaxBwdBounds<T, PACKS>::threads, SoftmaxBw
 // thread's packs of y and dy. Launch: grid = parts * row groups, every block resident; blocks of <= 512
 // threads; dynamic shared memory of 3 * 2 * MAXP * blockDim.x 16-byte slots (MAXP = RowPacks: 192 KB for
 // float32 at 512, one block per SM; 96 KB for a half type); n <= parts * packs * blockDim.x * V; aligned
-// rows (words: rows * parts tagged 64-bit slots, zero before the first publish: zero_words). dx may be dy.
-template <typename T, int MODE>
+// rows (SHIFT: shifted ones, as softmax_fwd's; words: rows * parts tagged 64-bit slots, zero before the first publish:
+// zero_words). dx may be dy.
+template <typename T, int MODE, bool SHIFT = false>
 __global__ void __launch_bounds__(512, 1) softmax_bwd_parts(const T* y, const T* dy, T* dx, long long rows, long long n,
                                                             long long chunk, int packs, int parts,
                                                             unsigned long long* words) {
@@ -321,14 +331,20 @@ __global__ void __launch_bounds__(512, 1) softmax_bwd_parts(const T* y, const T*
   RowScratch<float, 1> scratch{scratch_mem};
   const int part = blockIdx.x % parts;
   const long long begin = part * chunk;
-  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, true};
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)threadIdx.x, (int)blockDim.x, packs, !SHIFT, false, SHIFT};
   const T* const src[2] = {y, dy};
   auto reduce = [&](long long row, const P* set) {
     float c = 0.f;
-    for_own_packs<MAXP>(L, [&](int p) {
-      const P yp = own_slot<MAXP>(set, 0, p), gp = own_slot<MAXP>(set, 1, p);
+    at_row<SHIFT>(L, row, rows, n, begin, chunk, [&](const RowLayout<T>& R, long long) {
+      for_own_packs<MAXP>(R, [&](int p) {
+        P yp = own_slot<MAXP>(set, 0, p), gp = own_slot<MAXP>(set, 1, p);
+        if constexpr (SHIFT) {  // 0 outside the row
+          yp = row_pack<T>(yp, p, R, 0.f);
+          gp = row_pack<T>(gp, p, R, 0.f);
+        }
 #pragma unroll
-      for (int e = 0; e < V; ++e) c += softmax_grad_term<MODE>(elem<float>(yp, e), elem<float>(gp, e));
+        for (int e = 0; e < V; ++e) c += softmax_grad_term<MODE>(elem<float>(yp, e), elem<float>(gp, e));
+      });
     });
     const float mine[1] = {block_reduce<SumOp, true>(c, scratch.at(0))};
     scratch.next_row();
@@ -338,18 +354,20 @@ __global__ void __launch_bounds__(512, 1) softmax_bwd_parts(const T* y, const T*
     float cs[1];
     sum_parts<float, 1>(collect_tagged<1>(words, row, parts, early), parts, cs);
     const float c = cs[0];
-    T* dxr = dx + row * n + begin;
+    at_row<SHIFT>(L, row, rows, n, begin, chunk, [&](const RowLayout<T>& R, long long off) {
+      T* dxr = dx + off;
 #pragma unroll
-    for (int p = 0; p < MAXP; ++p) {
-      if (p < packs) {
-        const P yp = own_slot<MAXP>(set, 0, p), gp = own_slot<MAXP>(set, 1, p);
-        P o;
-        auto out = [&](int e) { return softmax_grad<MODE>(elem<float>(yp, e), elem<float>(gp, e), c); };
+      for (int p = 0; p < MAXP; ++p) {
+        if (p < packs) {
+          const P yp = own_slot<MAXP>(set, 0, p), gp = own_slot<MAXP>(set, 1, p);
+          P o;
+          auto out = [&](int e) { return softmax_grad<MODE>(elem<float>(yp, e), elem<float>(gp, e), c); };
 #pragma unroll
-        for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
-        store_pack<T>(dxr, o, p, L);
+          for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
+          store_pack<T>(dxr, o, p, R);
+        }
       }
-    }
+    });
   };
-  pipelined_parts<T, MAXP, 2, 1, false>(src, rows, n, begin, parts, L, words, reduce, write);
+  pipelined_parts<T, MAXP, 2, 1, false, SHIFT>(src, rows, n, begin, chunk, parts, L, words, reduce, write);
 }

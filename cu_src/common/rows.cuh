@@ -85,6 +85,31 @@ __device__ __forceinline__ long long shift_row(RowLayout<T>& L, long long row, l
   return row * n + begin - head;
 }
 
+// f(layout, offset) for a row's segment: L and row * n + begin, or with SHIFT the row's own layout (shift_row), so
+// that instances without SHIFT compile to the code they were.
+template <bool SHIFT, typename T, typename F>
+__device__ __forceinline__ void at_row(const RowLayout<T>& L, long long row, long long rows, long long n,
+                                       long long begin, long long chunk, F f) {
+  if constexpr (SHIFT) {
+    RowLayout<T> R = L;
+    const long long off = shift_row(R, row, rows, n, begin, chunk);
+    f(static_cast<const RowLayout<T>&>(R), off);
+  } else {
+    f(L, row * n + begin);
+  }
+}
+
+// Pack p of a segment with the elements outside a shifted row set to `fill` (other layouts: v as it is).
+template <typename T>
+__device__ __forceinline__ typename Vec16<T>::type row_pack(typename Vec16<T>::type v, int p, const RowLayout<T>& L,
+                                                            float fill) {
+  const int i = L.at(p);
+  if (L.shifted && !L.whole(i))
+#pragma unroll
+    for (int e = 0; e < L.V; ++e) v.v[e] = L.mine(i + e) ? v.v[e] : cast<T>(fill);
+  return v;
+}
+
 // r[p] <- the thread's packs of `src` (a segment start) for p < packs; elements past the segment
 // end get `fill` (a value neutral for the caller's reductions), so no later pass needs a bounds test.
 template <typename T, int MAXP>
@@ -107,10 +132,7 @@ __device__ __forceinline__ void load_packs(typename Vec16<T>::type (&r)[MAXP], c
         // a pack across the row's end holds another row's elements (read, not used) or, at the matrix's
         // end, nothing: element by element there
         if (L.whole(i) || (L.readable && i < L.len)) {
-          r[p] = *reinterpret_cast<const P*>(src + i);
-          if (!L.whole(i))
-#pragma unroll
-            for (int e = 0; e < L.V; ++e) r[p].v[e] = L.mine(i + e) ? r[p].v[e] : f;
+          r[p] = row_pack<T>(*reinterpret_cast<const P*>(src + i), p, L, fill);
         } else {
 #pragma unroll
           for (int e = 0; e < L.V; ++e) r[p].v[e] = L.mine(i + e) ? src[i + e] : f;
@@ -128,6 +150,11 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
+// The same for the first `bytes` (< 16) of the 16: the rest of the slot zero, nothing read past them.
+__device__ __forceinline__ void cp_async16_part(void* smem, const void* gmem, int bytes) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>
@@ -144,6 +171,21 @@ __device__ __forceinline__ void stage_packs(typename Vec16<T>::type* stage, cons
 #pragma unroll
   for (int p = 0; p < MAXP; ++p)
     if (p < L.packs && L.inside(p)) cp_async16(stage + p * blockDim.x + threadIdx.x, src + L.at(p));
+}
+// The same for a shifted row (shift_row): its whole packs, the matrix's last pack only up to the matrix's end.
+template <typename T, int MAXP>
+__device__ __forceinline__ void stage_shifted_packs(typename Vec16<T>::type* stage, const T* src,
+                                                    const RowLayout<T>& L) {
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p) {
+    const int i = L.at(p);
+    if (p < L.packs && i < L.len) {
+      if (!L.readable && i + L.V > L.len)
+        cp_async16_part(stage + p * blockDim.x + threadIdx.x, src + i, (L.len - i) * (int)sizeof(T));
+      else
+        cp_async16(stage + p * blockDim.x + threadIdx.x, src + i);
+    }
+  }
 }
 template <typename T, int MAXP>
 __device__ __forceinline__ void unstage_packs(typename Vec16<T>::type (&r)[MAXP], const typename Vec16<T>::type* stage,
@@ -572,10 +614,11 @@ __device__ __forceinline__ void for_own_packs(const RowLayout<T>& L, F f) {
 //                     256x262144 f32 softmax forward 143.3 -> 139.0 us, layer_norm 143.0 -> 141.4; the backwards
 //                     measured equal or slower: rms_norm 198.1 -> 201.7), else 0
 // The block's rows are blockIdx.x / parts + k * (gridDim.x / parts); the callers' reductions must
-// tolerate a reduce directly after a reduce (RowScratch's alternating sets). Aligned segments only.
-template <typename T, int MAXP, int TENSORS, int K, bool PEEK, typename Reduce, typename Write>
+// tolerate a reduce directly after a reduce (RowScratch's alternating sets). Aligned segments, or with SHIFT shifted
+// rows: the callers lay each row out with shift_row (the elements outside the row are in its set: row_pack).
+template <typename T, int MAXP, int TENSORS, int K, bool PEEK, bool SHIFT = false, typename Reduce, typename Write>
 __device__ __forceinline__ void pipelined_parts(const T* const (&src)[TENSORS], long long rows, long long n,
-                                                long long begin, int parts, const RowLayout<T>& L,
+                                                long long begin, long long chunk, int parts, const RowLayout<T>& L,
                                                 const unsigned long long* words, Reduce reduce, Write write) {
   typedef typename Vec16<T>::type P;
   extern __shared__ int4 staged[];
@@ -585,9 +628,13 @@ __device__ __forceinline__ void pipelined_parts(const T* const (&src)[TENSORS], 
   auto set = [&](long long j) { return reinterpret_cast<P*>(staged) + (int)(j % 3) * per_set; };
   auto stage = [&](long long j) {
     if (j < count)
+      at_row<SHIFT>(L, first + j * step, rows, n, begin, chunk, [&](const RowLayout<T>& R, long long off) {
 #pragma unroll
-      for (int t = 0; t < TENSORS; ++t)
-        stage_packs<T, MAXP>(set(j) + t * MAXP * blockDim.x, src[t] + (first + j * step) * n + begin, L);
+        for (int t = 0; t < TENSORS; ++t) {
+          if constexpr (SHIFT) stage_shifted_packs<T, MAXP>(set(j) + t * MAXP * blockDim.x, src[t] + off, R);
+          else stage_packs<T, MAXP>(set(j) + t * MAXP * blockDim.x, src[t] + off, R);
+        }
+      });
     cp_async_commit();  // possibly empty: the waits count groups
   };
   stage(0);

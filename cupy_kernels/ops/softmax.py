@@ -45,10 +45,15 @@ WIDE_BWD = {"on": True}
 WIDE_BWD_MAX = 32768
 
 
-def _parts_name(mode: str, dtype: str, kind: str = "fwd", packs: int | None = None) -> str:
+# Packs a thread of the pipelined forward on shifted rows: at 8 (rw.PARTS_PACKS) the half instances spilled 32-74 bytes.
+SHIFTED_PARTS_PACKS = 4
+
+
+def _parts_name(mode: str, dtype: str, kind: str = "fwd", packs: int | None = None, shift: bool = False) -> str:
     if kind == "bwd":
-        return f"softmax_bwd_parts<{CTYPES[dtype]}, {MODES[mode]}>"
-    return f"softmax_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {packs or rw.PARTS_PACKS['softmax']}>"
+        return f"softmax_bwd_parts<{CTYPES[dtype]}, {MODES[mode]}{', true' if shift else ''}>"
+    return (f"softmax_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {packs or rw.PARTS_PACKS['softmax']}"
+            f"{', true' if shift else ''}>")
 
 
 def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False, group: int = 0,
@@ -79,7 +84,9 @@ SOURCE.declare([_name(k, t, m, shift=sh) for k in ("fwd", "bwd") for t in FLOAT_
                + [_name("bwd", t, m, True, group=g) for t in STAGE_SHORT_BWD["dtypes"] for m in MODES
                   for g in STAGE_SHORT_BWD["groups"]]
                + [_parts_name(m, t, "fwd", k) for t in rw.STAGE_FWD_DTYPES for m in MODES for k in (4, 8)]
-               + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES] + [rw.ZERO_WORDS])
+               + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES] + [rw.ZERO_WORDS]
+               + [_parts_name(m, t, k, SHIFTED_PARTS_PACKS, shift=True) for k in ("fwd", "bwd")
+                  for t in rw.STAGE_FWD_DTYPES for m in MODES])
 
 
 def _detach(x):
@@ -122,6 +129,7 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     shift = variant == "auto" and not al and n >= rw.vec(dtype) and rw.pointers_aligned(*srcs, out)
     plan_n = n + rw.vec(dtype) - 1 if shift else n
     maxp = rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype)
+    parts_packs = SHIFTED_PARTS_PACKS if shift else rw.PARTS_PACKS["softmax"]  # the pipelined forward's
     name = _name(kind, dtype, mode, shift=shift)
     kernel = SOURCE.kernel(name)
     p = rw.plan(rows, plan_n, dtype, maxp, threads_of(kind, dtype, plan_n), current().sm_count,
@@ -137,9 +145,9 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
         name = _name(kind, dtype, mode, stage=True, wide=True)
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, 2 * maxp, 1024, tensors=2, **args)
-    elif variant == "auto" and (pp := rw.pipelined_plan(SOURCE, _parts_name(mode, dtype, kind), rows, n, dtype, al,
-                                                        rw.PARTS_PACKS["softmax"] if kind == "fwd" else maxp,
-                                                        p.threads, len(srcs))):
+    elif variant == "auto" and (pp := rw.pipelined_plan(SOURCE, _parts_name(mode, dtype, kind, parts_packs, shift),
+                                                        rows, plan_n, dtype, al or shift,
+                                                        parts_packs if kind == "fwd" else maxp, p.threads, len(srcs))):
         kernel, p, smem = pp
         rw.launch_pipelined(call, SOURCE, kernel, p, (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk),
                                                        np.int32(p.packs), np.int32(p.parts)),
