@@ -68,7 +68,7 @@ template <typename T> struct RowLayout {
   __device__ __forceinline__ bool mine(int i) const { return i >= lo && i < len; }  // shifted element i
 };
 
-// Shifted rows (the run-time `aligned` argument 2; softmax.cu): 16-byte aligned arrays whose row length is not a
+// Shifted rows (softmax.cu's SHIFT instances): 16-byte aligned arrays whose row length is not a
 // multiple of V. A row's packs start at the 16-byte boundary `head` = (row * n) % V elements before it, so every
 // pack inside the row moves as one 16-byte access and only the two across its ends are masked, where the element
 // path moves each element alone (bfloat16 rows of 100: 3.8x slower than torch). Segments of a long row split
