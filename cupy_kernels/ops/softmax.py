@@ -124,8 +124,8 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     args = dict(force=variant if variant == "block" else None, long_rows=long_rows)
     al = 0 if variant == "scalar" else rw.aligned(n, dtype, *srcs, out)
     # rows of a pack or more that are not whole packs of aligned arrays: shifted rows (rows.cuh), planned for
-    # n + V - 1 elements (shorter rows measured slower so: each pack they share with their neighbours is written
-    # element by element)
+    # n + V - 1 elements. Shorter rows keep the element path: every pack of theirs is shared with other rows and
+    # would be stored element by element (measured slower, docs/softmax.md)
     shift = variant == "auto" and not al and n >= rw.vec(dtype) and rw.pointers_aligned(*srcs, out)
     plan_n = n + rw.vec(dtype) - 1 if shift else n
     maxp = rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype)
