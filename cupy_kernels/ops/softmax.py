@@ -138,8 +138,8 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     stage = stage or int(kind == "fwd" and rw.stage_short(STAGE_SHORT_FWD, p, dtype, al, variant))
     g = rw.short_group(p, dtype, al, variant, staged=kind == "bwd" or bool(stage))  # compile-time group, if any
     smem = 16 * (p.threads // p.group) if shift and p.group < 32 else 0  # store_shifted's slots
-    if shift and p.path == "subwarp" and rw.COMPILED_GROUPS["on"] and dtype in rw.SHORT_DTYPES:
-        kernel = SOURCE.kernel(_name(kind, dtype, mode, group=p.group, shift=True))  # the group compiled in
+    if shift and p.path == "subwarp" and (sg := rw.short_group(p, dtype, shift, variant)):  # the group compiled in
+        kernel = SOURCE.kernel(_name(kind, dtype, mode, group=sg, shift=True))
     if (kind == "bwd" and dtype in ("float16", "bfloat16") and al and WIDE_BWD["on"] and variant == "auto"
             and p.parts > 1 and n <= WIDE_BWD_MAX):
         name = _name(kind, dtype, mode, stage=True, wide=True)
