@@ -53,6 +53,15 @@ __device__ __forceinline__ A norm_out(const typename Vec16<T>::type& xp, const t
   return MODE == LAYER ? xh * elem<A>(wp, e) + elem<A>(bp, e) : xh * elem<A>(wp, e);
 }
 
+// norm_fwd's launch bounds: FwdBounds, but shifted rows of a compile-time sub-warp group (128-thread blocks:
+// _rowwise.SUBWARP_BLOCK) of a half type bounded for 7 an SM (72 registers: at 64 its layer instances spilled 96-112
+// bytes; float32's did not).
+template <typename T, int STAGE, int GT, bool SHIFT> struct NormFwdBounds {
+  static constexpr bool sub = SHIFT && GT > 0 && GT <= 32;
+  static constexpr int threads = sub ? 128 : FwdBounds<T, STAGE, GT>::threads;
+  static constexpr int blocks = sub ? (sizeof(T) == 2 ? 7 : 8) : FwdBounds<T, STAGE, GT>::blocks;
+};
+
 // Launch: 1-D grid of blocks of G * groups threads (<= FwdThreads: 1024, float64 512; G = block when
 // G > 32); block b takes
 // segment b % parts of rows (b / parts) * groups + group + k * (grid / parts) * groups. w / b may be
@@ -66,8 +75,11 @@ __device__ __forceinline__ A norm_out(const typename Vec16<T>::type& xp, const t
 // GT (fix_group, rows.cuh): the group known at compile time (1..32, or ROW_BLOCK), one aligned segment a row.
 // FULL (with GT): every thread holds MAXP whole packs of every row (n = MAXP * V * G; the host checks): no pack
 // count or bounds test a pass.
-template <typename T, int MODE, int STAGE, int GT = 0, bool FULL = false>
-__global__ void __launch_bounds__(FwdBounds<T, STAGE, GT>::threads, FwdBounds<T, STAGE, GT>::blocks)
+// SHIFT (unstaged, a run-time or sub-warp group, one segment a row): shifted rows as softmax_fwd's (shift_row,
+// rows.cuh: 16-byte aligned x, y, w, b, n not a multiple of V, planned for n + V - 1 elements), w / b read under each
+// pack by column_window; sub-warp groups take 16 bytes of dynamic shared memory a group (store_shifted).
+template <typename T, int MODE, int STAGE, int GT = 0, bool FULL = false, bool SHIFT = false>
+__global__ void __launch_bounds__(NormFwdBounds<T, STAGE, GT, SHIFT>::threads, NormFwdBounds<T, STAGE, GT, SHIFT>::blocks)
 norm_fwd(
     const T* x, T* y, const T* __restrict__ w, const T* __restrict__ b,
     typename AccOf<T>::type* __restrict__ mean_out, typename AccOf<T>::type* __restrict__ rstd_out, long long rows,
@@ -79,27 +91,37 @@ norm_fwd(
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = FwdPacks<T>::value;
   static_assert(!FULL || GT, "FULL rows are one aligned segment of a compile-time group");
+  static_assert(!SHIFT || (!STAGE && !FULL && GT != ROW_BLOCK), "shifted rows: unstaged, a run-time or sub-warp group");
   if (FULL) packs = MAXP;
+  if (SHIFT) parts = 1;  // (the host plans shifted rows as one segment)
   __shared__ A scratch_mem[2 * 3 * 32];
   RowScratch<A, 3> scratch{scratch_mem};  // one barrier a reduction
   const RowGrid at(G, parts, GT == ROW_BLOCK);
   const int part = at.part;
   const long long begin = part * chunk;
-  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0, FULL};
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, !SHIFT && aligned != 0,
+                       FULL, SHIFT};
+  // (shifted rows: whole warps loop together, but the exact second pass below is a group's own branch)
   const unsigned mask = group_mask(G);
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;
   extern __shared__ int4 staged[];
-  P* const sx = reinterpret_cast<P*>(staged);
+  P* const sx = reinterpret_cast<P*>(staged);  // SHIFT: store_shifted's slots
   const long long step = at.nrg * at.gpb, ahead = STAGE == 2 ? 2 * step : step;  // the row staged next
   long long row = at.rg * at.gpb + at.gi;
   stage_first<STAGE, T, MAXP>(sx, x, row * n + begin, row < rows, L, step * n, row + step < rows);
   const A inv_len = parts == 1 ? inv_n : A(1) / A(L.len);  // the host's 1 / n: no IEEE division a row
-  for (; row < rows; row += step, scratch.next_row()) {
-    const T* xr = x + row * n + begin;
+  const int lead = SHIFT ? at.lead : 0;  // (RowGrid::lead)
+  for (; row - lead < rows; row += step, scratch.next_row()) {
+    const bool live = !SHIFT || row < rows;
+    RowLayout<T> R = L;  // the row's layout (SHIFT; past the end: the last row again, not stored)
+    const long long from = shift_row(R, live ? row : rows - 1, rows, n, begin, chunk);
     P r[MAXP];
-    load_row<STAGE, T, MAXP>(r, sx + (STAGE == 2 ? scratch.odd() * MAXP * blockDim.x : 0), x, row * n + begin,
-                             ahead * n, row + ahead < rows, L, 0.f);
+    load_row<STAGE, T, MAXP>(r, sx + (STAGE == 2 ? scratch.odd() * MAXP * blockDim.x : 0), x, from,
+                             ahead * n, row + ahead < rows, R, 0.f);
+    // a pack's elements inside the segment: all of a whole pack, else those inside(p, e) says
+    auto whole = [&](int p) { return FULL || (SHIFT ? R.whole(R.at(p)) : R.len - R.at(p) >= V); };
+    auto inside = [&](int p, int e) { return SHIFT ? R.mine(R.at(p) + e) : e < R.len - R.at(p); };
     A mean = A(0), rstd;
     if (MODE == LAYER) {
       // One reduction for both moments: sums shifted by K, the segment's first element (the same for
@@ -111,13 +133,12 @@ norm_fwd(
       // group holds the same reduced sums (a butterfly adds commutatively).
       // (K is loaded after the packs: a fill value taken from it would hold their loads back; loaded one
       // row ahead it measured 3-8% slower.)
-      const A K = cast<A>(xr[0]);
+      const A K = cast<A>(x[from + R.lo]);
       A s1 = A(0), s2 = A(0);
 #pragma unroll
       for (int p = 0; p < MAXP; ++p)
         if (p < packs) {
-          const int lim = L.len - L.at(p);  // elements of this pack inside the segment
-          if (FULL || lim >= V) {  // a whole pack: no per-element test
+          if (whole(p)) {  // no per-element test
 #pragma unroll
             for (int e = 0; e < V; ++e) {
               const A d = elem<A>(r[p], e) - K;
@@ -127,7 +148,7 @@ norm_fwd(
           } else {
 #pragma unroll
             for (int e = 0; e < V; ++e) {
-              const A d = e < lim ? elem<A>(r[p], e) - K : A(0);  // slots past the end: 0
+              const A d = inside(p, e) ? elem<A>(r[p], e) - K : A(0);  // slots outside: 0
               s1 += d;
               s2 += d * d;
             }
@@ -142,10 +163,9 @@ norm_fwd(
 #pragma unroll
         for (int p = 0; p < MAXP; ++p)
           if (p < packs) {
-            const int lim = L.len - L.at(p);
 #pragma unroll
             for (int e = 0; e < V; ++e) {
-              const A d = (FULL || lim >= V || e < lim) ? elem<A>(r[p], e) - seg_mean : A(0);
+              const A d = (whole(p) || inside(p, e)) ? elem<A>(r[p], e) - seg_mean : A(0);
               m2 += d * d;
             }
           }
@@ -180,13 +200,24 @@ norm_fwd(
       }
       rstd = acc_rsqrt<A>(ss * inv_n + eps);
     }
-    if (part == 0 && L.lane == 0) {
+    if (part == 0 && L.lane == 0 && live) {
       if (mean_out) mean_out[row] = mean;
       if (rstd_out) rstd_out[row] = rstd;
     }
     opaque<T, MAXP>(r);
-    T* yr = y + row * n + begin;
     const A shift = -mean * rstd;  // norm_out's, for a half type's layer rows
+    if constexpr (SHIFT) {
+      store_shifted<T, MAXP>(y + from, R, live, row + 1 < rows, sx, [&](int p) {
+        const P wp = column_at<T>(w, p, R, 1.f), bp = column_at<T>(b, p, R, 0.f);
+        P o;
+        auto out = [&](int e) -> A { return norm_out<MODE, T>(r[p], wp, bp, e, mean, rstd, shift); };
+#pragma unroll
+        for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
+        return o;
+      });
+      continue;
+    }
+    T* yr = y + row * n + begin;
     // The weight / bias loads, unconditional in FULL rows, stay here: hoisted out of the loop they spilled.
     const T *wr = wb, *br = bb;
     if (FULL) asm volatile("" : "+l"(wr), "+l"(br));
@@ -308,6 +339,10 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
 // stores; sub-warp groups of 8-32 threads with ~8 rows a group likewise (host: norm.stage_short_bwd).
 // DB = false (layer_norm only): no dbias accumulators (the host sums dy's columns itself): 16 fewer
 // registers for the two-pack half form, whose accumulators spill. GT: the group known at compile time (fix_group).
+// SHIFT (the half types' one-pack form, unstaged, a run-time or sub-warp group, one segment a row): shifted rows as
+// norm_fwd's. The host steps a group's rows by a multiple of V (or gives it one row): all start at the same `head`,
+// so the thread's weight / bias columns are read once and its column sums stay in the same registers; sub-warp blocks
+// then add their groups' sums by column, not by slot.
 // The backward's arithmetic of one row, shared by norm_bwd and norm_bwd_pipelined.
 // xhat of one element: from x, (x - mean) * rstd; from the output y, (y - b) / w (rms: y / w).
 template <int MODE, int FROM_OUTPUT, typename A>
@@ -331,17 +366,19 @@ __device__ __forceinline__ void bwd_sums_pack(const P& x, const P& d, const WP& 
   }
 }
 
-// First pass, this thread's share: c1 = sum(g), c2 = sum(g * xhat), g = dy * w.
+// First pass, this thread's share: c1 = sum(g), c2 = sum(g * xhat), g = dy * w; pack p's weight and bias
+// columns(p, wp, bp).
 template <typename T, int MODE, int FROM_OUTPUT, int MAXP, typename A = typename AccOf<T>::type,
-          typename P = typename Vec16<T>::type>
-__device__ __forceinline__ void bwd_sums(const P (&rx)[MAXP], const P (&rd)[MAXP], const T* wb, const T* bb,
-                                         const RowLayout<T>& L, A mean, A rstd, A& c1, A& c2) {
+          typename P = typename Vec16<T>::type, typename F>
+__device__ __forceinline__ void bwd_sums(const P (&rx)[MAXP], const P (&rd)[MAXP], const RowLayout<T>& L, A mean,
+                                         A rstd, A& c1, A& c2, F columns) {
   c1 = A(0);
   c2 = A(0);
 #pragma unroll
   for (int p = 0; p < MAXP; ++p) {
     if (p < L.packs) {
-      const P wp = column_pack<T>(wb, p, L, 1.f), bp = column_pack<T>(bb, p, L, 0.f);
+      P wp, bp;
+      columns(p, wp, bp);
       bwd_sums_pack<T, MODE, FROM_OUTPUT>(rx[p], rd[p], wp, bp, mean, rstd, c1, c2);
     }
   }
@@ -400,20 +437,22 @@ __device__ __forceinline__ void bwd_write(const P (&rx)[MAXP], const P (&rd)[MAX
   }
 }
 
-// A block of one group (G = block): each thread writes its own columns' sums to the partial row orow.
-template <typename T, int MAXP, int K, typename A>
-__device__ __forceinline__ void store_column_sums(A* orow, const A (&acc)[K], const RowLayout<T>& L) {
+// A block of one group (G = block): each thread writes its own columns' sums to the partial row orow. SHIFT: the
+// group's rows start `head` elements into their first pack (column = position - head).
+template <typename T, int MAXP, bool SHIFT = false, int K, typename A>
+__device__ __forceinline__ void store_column_sums(A* orow, const A (&acc)[K], const RowLayout<T>& L, int head = 0) {
 #pragma unroll
   for (int p = 0; p < MAXP; ++p) {
-    const int i = L.at(p);
+    const int i = L.at(p) - (SHIFT ? head : 0);
     if (p < L.packs)
 #pragma unroll
       for (int e = 0; e < L.V; ++e)
-        if (i + e < L.len) orow[i + e] = acc[(p * L.V + e) % K];
+        if ((!SHIFT || i + e >= 0) && i + e < L.len) orow[i + e] = acc[(p * L.V + e) % K];
   }
 }
 
-template <typename T, int MODE, int FROM_OUTPUT, bool STAGE, int PACKS, bool DB = true, int GT = 0, bool FULL = false>
+template <typename T, int MODE, int FROM_OUTPUT, bool STAGE, int PACKS, bool DB = true, int GT = 0, bool FULL = false,
+          bool SHIFT = false>
 __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlocks<T, PACKS>::value) norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                   const T* __restrict__ w, const T* __restrict__ b,
                                                   const typename AccOf<T>::type* __restrict__ mean_in,
@@ -431,14 +470,17 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
   constexpr int K = MAXP * V;  // accumulator slots per thread: slot p * V + e
   fix_group<GT>(G, parts, aligned);
   static_assert(!FULL || GT, "FULL rows are one aligned segment of a compile-time group");
+  static_assert(!SHIFT || (!STAGE && !FULL && GT != ROW_BLOCK), "shifted rows: unstaged, a run-time or sub-warp group");
   if (FULL) packs = MAXP;  // as norm_fwd's FULL rows: n = MAXP * V * G
+  if (SHIFT) parts = 1;  // (the host plans shifted rows as one segment)
   __shared__ A scratch[64];
   extern __shared__ int4 dyn_smem[];
   const RowGrid at(G, parts, GT == ROW_BLOCK);
   const int gpb = at.gpb, part = at.part;
   const long long rg = at.rg;
   const long long begin = part * chunk;
-  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, aligned != 0, FULL};
+  const RowLayout<T> L{(int)min(chunk, n - begin), (int)(threadIdx.x & (G - 1)), G, packs, !SHIFT && aligned != 0,
+                       FULL, SHIFT};
   const unsigned mask = group_mask(G);
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;
@@ -451,18 +493,43 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
 
   // 32 bits (plan() caps grid * gpb at 2^30): a 64-bit product kept across the loop spilled
   const int stride = (int)at.nrg * gpb;
-  P* const sa = reinterpret_cast<P*>(dyn_smem);
+  P* const sa = reinterpret_cast<P*>(dyn_smem);  // SHIFT: store_shifted's slots
   P* const sb = sa + packs * blockDim.x;
   long long row = rg * gpb + at.gi;
+  const int head = SHIFT ? (int)((row * n) & (V - 1)) : 0;  // every row of the group's (the host's stride)
+  // SHIFT: the weight / bias under the thread's packs, the same for every row of its group: read once
+  P wcol[SHIFT ? MAXP : 1], bcol[SHIFT ? MAXP : 1];
+  if constexpr (SHIFT) {
+    RowLayout<T> R = L;  // the group's rows' layout (shift_row; one segment)
+    R.lo = head;
+    R.len = (int)n + head;
+#pragma unroll
+    for (int p = 0; p < MAXP; ++p) {
+      wcol[p] = column_at<T>(wb, p, R, 1.f);
+      bcol[p] = column_at<T>(bb, p, R, 0.f);
+    }
+  }
   if (STAGE) stage_first_pair<T, MAXP>(sa, sb, src, dy, row * n + begin, row < rows, L);
-  for (; row < rows; row += stride) {
-    const long long off = row * n + begin;
+  const int lead = SHIFT ? at.lead : 0;  // shifted rows: whole warps loop together (RowGrid::lead)
+  for (; row - lead < rows; row += stride) {
+    const bool live = !SHIFT || row < rows;
+    const long long at_row = live ? row : rows - 1;  // past the end: the last row again, not stored or summed
+    RowLayout<T> R = L;
+    const long long off = shift_row(R, at_row, rows, n, begin, chunk);
     P rx[MAXP], rd[MAXP];  // zero dy past the end: no contribution anywhere
-    load_row_pair<STAGE, T, MAXP>(rx, rd, sa, sb, src, dy, off, (long long)stride * n, row + stride < rows, L);
-    const A rstd = rstd_in[row];
-    const A mean = MODE == LAYER && !FROM_OUTPUT ? mean_in[row] : A(0);
+    load_row_pair<STAGE, T, MAXP>(rx, rd, sa, sb, src, dy, off, (long long)stride * n, row + stride < rows, R);
+    const A rstd = rstd_in[at_row];
+    const A mean = MODE == LAYER && !FROM_OUTPUT ? mean_in[at_row] : A(0);
     A c1, c2;
-    bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(rx, rd, wb, bb, L, mean, rstd, c1, c2);
+    bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(rx, rd, R, mean, rstd, c1, c2, [&](int p, P& wp, P& bp) {
+      if constexpr (SHIFT) {
+        wp = wcol[p];
+        bp = bcol[p];
+      } else {
+        wp = column_pack<T>(wb, p, L, 1.f);
+        bp = column_pack<T>(bb, p, L, 0.f);
+      }
+    });
     if (MODE == LAYER) row_reduce2(c1, c2, G, mask, scratch);  // one pair of barriers for both
     else c2 = row_reduce<SumOp>(c2, G, mask, scratch);
     if (parts > 1) {
@@ -476,6 +543,16 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
     }
     opaque<T, MAXP>(rx);
     opaque<T, MAXP>(rd);
+    if constexpr (SHIFT) {
+      store_shifted<T, MAXP>(dx + off, R, live, row + 1 < rows, sa, [&](int p) {
+        P o = rd[p];
+        if (live)
+          bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(rx[p], rd[p], wcol[p], bcol[p], mean, rstd, c1 * inv_n,
+                                                    c2 * inv_n, o, aw + p * V, DBS ? ab + p * V : ab);
+        return o;
+      });
+      continue;
+    }
     bwd_write<T, MODE, FROM_OUTPUT, DBS, MAXP>(rx, rd, wb, bb, L, mean, rstd, c1 * inv_n, c2 * inv_n, dx + off, aw, ab);
   }
 
@@ -485,8 +562,26 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
     if (out == nullptr) continue;  // uniform over the block
     A* orow = out + rg * n + begin;
     if (gpb == 1) {  // one group: each thread writes its own columns
-      if (k == 0) store_column_sums<T, MAXP>(orow, aw, L);
-      else store_column_sums<T, MAXP>(orow, ab, L);
+      if (k == 0) store_column_sums<T, MAXP, SHIFT>(orow, aw, L, head);
+      else store_column_sums<T, MAXP, SHIFT>(orow, ab, L, head);
+    } else if (SHIFT) {  // groups of different heads: each group's sums by column (gpb * n), added in group order
+      A* buf = reinterpret_cast<A*>(dyn_smem);
+      __syncthreads();  // the previous kind's readers (and the last row's slots) are done
+#pragma unroll
+      for (int p = 0; p < MAXP; ++p) {
+        const int i = L.at(p) - head;
+        if (p < L.packs)
+#pragma unroll
+          for (int e = 0; e < V; ++e)
+            if (i + e >= 0 && i + e < L.len)
+              buf[at.gi * L.len + i + e] = k == 0 ? aw[p * V + e] : ab[(p * V + e) % (DBS ? K : 1)];
+      }
+      __syncthreads();
+      for (int c = threadIdx.x; c < L.len; c += blockDim.x) {
+        A sum = A(0);
+        for (int g = 0; g < gpb; ++g) sum += buf[g * L.len + c];
+        orow[c] = sum;
+      }
     } else {  // several groups meet in shared memory: slot s of thread t at [s * blockDim.x + t]
       A* buf = reinterpret_cast<A*>(dyn_smem);
       __syncthreads();  // the previous kind's readers are done
@@ -534,6 +629,10 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
   __shared__ A sums[2][64];  // warp sums of c1 (0..31) and c2 (32..63), alternate rows (one barrier a row)
   extern __shared__ int4 dyn_smem[];
   const RowLayout<T> L{(int)n, (int)threadIdx.x, (int)blockDim.x, packs, true};
+  auto columns = [&](int p, P& wp, P& bp) {
+    wp = column_pack<T>(w, p, L, 1.f);
+    bp = column_pack<T>(b, p, L, 0.f);
+  };
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   A aw[K], ab[DBS ? K : 1];
 #pragma unroll
@@ -557,7 +656,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
       if (USES_MEAN) mean_n = mean_in[row + stride];
     }
     load_row_pair<true, T, MAXP>(rx, rd, sa, sb, src, dy, row * n, (long long)stride * n, row + stride < rows, L);
-    bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(rx, rd, w, b, L, mean, rstd, c1, c2);
+    bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(rx, rd, L, mean, rstd, c1, c2, columns);
     if (MODE == LAYER) row_reduce2(c1, c2, blockDim.x, 0xffffffffu, scratch);
     else c2 = block_reduce<SumOp>(c2, scratch);
   }
@@ -573,7 +672,7 @@ __global__ void __launch_bounds__(1024, 1) norm_bwd_pipelined(const T* __restric
         rstd_n = rstd_in[next + stride];
         if (USES_MEAN) mean_n = mean_in[next + stride];
       }
-      bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(nx, nd, w, b, L, nmean, nrstd, nc1, nc2);
+      bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(nx, nd, L, nmean, nrstd, nc1, nc2, columns);
       if (MODE == LAYER) group_reduce2<A>(nc1, nc2, 32);
       else nc2 = group_reduce<SumOp>(nc2, 32);
       if (lane == 0) {

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 import cupy_kernels as ck
-from conftest import (FLOATS, TOL, cupy_array, gpu, group_lengths, many_rows, rel_err, rng, rounded, to_f64, torch,
-                      torch_gpu)
+from conftest import (FLOATS, TOL, close_everywhere, cupy_array, gpu, group_lengths, kernels_of, many_rows, rel_err,
+                      rng, rounded, to_f64, torch, torch_gpu)
 from cupy_kernels.ops import _rowwise as rw
+from cupy_kernels.ops import norm as N
 from cupy_kernels.ops.norm import bwd_maxp, bwd_threads, fwd_threads, norm_backward_impl, norm_forward_impl
 
 ALL = FLOATS + ("float64",)
@@ -276,6 +277,70 @@ def test_forward_every_path(mode, dtype):
             assert rel_err(rstd, want_rstd[:, 0]) <= 1e-5, n
             if mode == "layer_norm":
                 assert rel_err(mean, xv.mean(-1)) <= 1e-5, n
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
+def test_shifted_rows(mode, dtype):
+    """Rows that are not whole packs of aligned arrays (shifted rows, rows.cuh shift_row): every head offset, sub-warp
+    and block lengths, forward with and without the affine, in place, the statistics, and the backward from x and from
+    y, each element checked; and the kernels taken: shifted instances for rows of a pack or more that one block holds
+    (the backward's: half types), the element path for shorter and longer rows, a skewed base or a skewed weight."""
+    import cupy
+
+    V = rw.vec(dtype)
+    block = fwd_threads(dtype) * rw.fwd_maxp(dtype) * V
+    for n in (V - 1, V + 1, 3 * V + 1, 100, 1001, block - V + 1, block - 1, block + 3):
+        if n % V == 0:
+            continue
+        rows = 4 * V + 3 if n > 4096 else 1000
+        one_block = rw.plan(rows, n + V - 1, dtype, rw.fwd_maxp(dtype), fwd_threads(dtype, n + V - 1), SMS).parts == 1
+        bwd_shifted = dtype in N.SHIFTED_BWD_DTYPES and n >= V and rw.plan(
+            rows, n + V - 1, dtype, bwd_maxp(dtype, 1), bwd_threads(dtype, 1), SMS).parts == 1
+        x, xv = make((rows, n), dtype, 2.0, 0.5)
+        flat = cupy.empty(rows * n + 1, dtype=x.dtype)
+        skewed = flat[1:].reshape(rows, n)  # contiguous, base 2-8 bytes past a boundary
+        skewed[...] = x
+        for with_affine in (True, False):
+            w, b, wv, bv = affine(n, dtype, mode, with_affine, with_affine)
+            want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
+            what = (n, with_affine)
+            (y, mean, rstd), used = kernels_of(N.SOURCE, lambda: norm_forward_impl(x, w, b, 1e-5, mode))
+            assert close_everywhere(y, want, dtype) and rel_err(rstd, want_rstd[:, 0]) <= 1e-5, what
+            if mode == "layer_norm":
+                assert rel_err(mean, xv.mean(-1)) <= 1e-5, what
+            assert bool(used & SHIFTED_FWD) == (n >= V and one_block), what + (used,)
+            (y, _, _), used = kernels_of(N.SOURCE, lambda: norm_forward_impl(skewed, w, b, 1e-5, mode))
+            assert close_everywhere(y, want, dtype) and not used & SHIFTED_FWD, what + ("skewed", used)
+            x2 = x.copy()
+            assert norm_forward_impl(x2, w, b, 1e-5, mode, inplace=True)[0] is x2
+            assert close_everywhere(x2, want, dtype), what + ("in place",)
+            if with_affine:  # a weight one element past a boundary: the element path
+                ws = cupy.empty(n + 1, dtype=x.dtype)[1:]
+                ws[...] = w
+                (y, _, _), used = kernels_of(N.SOURCE, lambda: norm_forward_impl(x, ws, None, 1e-5, mode))
+                want = ref_forward(xv, wv, None, 1e-5, mode)[0]
+                assert close_everywhere(y, want, dtype) and not used & SHIFTED_FWD, what + ("skewed weight", used)
+        if n == 1:  # (dx and dweight of layer_norm are rounding noise there: test_backward_every_path's dx_err)
+            continue
+        # the backward from x and from y, each gradient element checked (dweight / dbias: the column sums by head)
+        c = backward_case(rows, n, dtype, mode)
+        rdx, rdw, rdb = c["ref"]
+        for src, from_output in ((c["x"], False), (c["y"], True)):
+            (dx, dw, db), used = kernels_of(N.SOURCE, lambda: norm_backward_impl(
+                c["dy"], src, c["w"], c["b"], None if from_output else c["mean"], c["rstd"], mode, from_output))
+            what, k = (n, "backward", from_output), 3 if from_output else 2  # (y's rounding, as check_backward_...)
+            assert close_everywhere(dx, rdx, dtype, k) and close_everywhere(dw, rdw, dtype, k), what
+            assert mode == "rms_norm" or close_everywhere(db, rdb, dtype, 2), what
+            assert bool(used & SHIFTED_BWD) == bwd_shifted, what + (used,)
+
+
+SHIFTED_FWD = {N._fwd(t, m, group=g, shift=True) for t in ALL for m in N.MODES for g in (0,) + rw.SHORT_GROUPS}
+SHIFTED_BWD = {N._bwd(t, m, f, packs=1, group=g, shift=True) for t in ALL for m in N.MODES for f in (0, 1)
+               for g in (0,) + rw.SHORT_GROUPS}
+SHIFTED_FWD &= set(N.SOURCE.names)  # the shifted instances norm.py declares
+SHIFTED_BWD &= set(N.SOURCE.names)
 
 
 @gpu

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import cupy_kernels as ck
-from conftest import (FLOATS, TOL, cupy_array, gpu, group_lengths, many_rows, rel_err, rng, rounded, to_f64, torch,
-                      torch_gpu)
+from conftest import (FLOATS, TOL, close_everywhere, cupy_array, gpu, group_lengths, kernels_of, many_rows, rel_err,
+                      rng, rounded, to_f64, torch, torch_gpu)
 from cupy_kernels.ops import _rowwise as rw
 from cupy_kernels.ops import softmax as S
 from cupy_kernels.ops.softmax import softmax_backward_impl, softmax_impl, threads_of
@@ -265,14 +265,14 @@ def test_shifted_rows(dtype):
             skewed = flat[1:].reshape(rows, n)  # contiguous, base 2-8 bytes past a boundary
             skewed[...] = x
             want = ref(xv)
-            got, used = kernels_of(lambda: softmax_impl(x, -1, mode))
+            got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
             assert close_everywhere(got, want, dtype), (n, mode)
             assert bool(used & SHIFTED) == (n >= V), (n, mode, used)  # rows shorter than a pack: the element path
-            got, used = kernels_of(lambda: softmax_impl(skewed, -1, mode))
+            got, used = kernels_of(S.SOURCE, lambda: softmax_impl(skewed, -1, mode))
             assert close_everywhere(got, want, dtype) and not used & SHIFTED, (n, mode, "skewed", used)
             yc, yv = cupy_array(want, dtype), rounded(want, dtype)
             dy, dyv = make((rows, n), dtype)
-            got, used = kernels_of(lambda: softmax_backward_impl(yc, dy, -1, mode))
+            got, used = kernels_of(S.SOURCE, lambda: softmax_backward_impl(yc, dy, -1, mode))
             assert close_everywhere(got, grad(yv, dyv), dtype, 2) and bool(used & SHIFTED) == (n >= V), (n, mode, used)
         x2 = x.copy()
         assert ck.softmax_(x2) is x2 and close_everywhere(x2, ref_softmax(xv), dtype), (n, "in place")
@@ -282,28 +282,6 @@ SHIFTED = {S._name(k, t, m, group=g, shift=True) for k in ("fwd", "bwd") for t i
            for g in (0,) + rw.SHORT_GROUPS} | {S._parts_name(m, t, k, S.SHIFTED_PARTS_PACKS, shift=True)
                                                 for k in ("fwd", "bwd") for t in ALL for m in ("softmax", "log_softmax")}
 SHIFTED &= set(S.SOURCE.names)  # the shifted instances softmax.py declares
-
-
-def kernels_of(call):
-    """(call's result, the names of the kernels it asked softmax.cu for)."""
-    names, real = set(), S.SOURCE.kernel
-
-    def spy(name, *args, **kwargs):
-        names.add(name)
-        return real(name, *args, **kwargs)
-
-    S.SOURCE.kernel = spy  # an instance attribute over the method, removed below
-    try:
-        return call(), names
-    finally:
-        del S.SOURCE.kernel
-
-
-def close_everywhere(got, want, dtype, k=1):
-    """Every element within k * TOL of its reference (relative, or of the largest one): a row's end element that
-    is missed or taken from the next row cannot hide in a norm."""
-    got = to_f64(got)
-    return bool(np.allclose(got, want, rtol=4 * k * TOL[dtype], atol=4 * k * TOL[dtype] * np.abs(want).max()))
 
 
 @gpu

@@ -130,8 +130,12 @@ __device__ __forceinline__ void load_packs(typename Vec16<T>::type (&r)[MAXP], c
         }
       } else if (L.shifted) {
         // a pack across the row's end holds another row's elements (read, not used) or, at the matrix's
-        // end, nothing: element by element there
-        if (L.whole(i) || (L.readable && i < L.len)) {
+        // end, nothing: element by element there. (Packs past the row: the fill alone, so that a warp whose
+        // groups hold such packs does not step through the element loads.)
+        if (i >= L.len) {
+#pragma unroll
+          for (int e = 0; e < L.V; ++e) r[p].v[e] = f;
+        } else if (L.whole(i) || L.readable) {
           r[p] = row_pack<T>(*reinterpret_cast<const P*>(src + i), p, L, fill);
         } else {
 #pragma unroll
@@ -400,6 +404,48 @@ __device__ __forceinline__ typename Vec16<T>::type column_pack(const T* base, in
     }
     return v;
   }
+}
+
+// The per-column vector (weight / bias) under a shifted row's pack (shift_row): its V elements from column c0 (the
+// pack's first element's column: negative for a head pack), `fill` outside [0, n) or everywhere when base is null. A
+// pack inside the row (`whole`) reads 32-bit words from the vector's 16-byte aligned base, cached: a half type's
+// window on an odd column takes one word more and a funnel shift a word.
+template <typename T>
+__device__ __forceinline__ typename Vec16<T>::type column_window(const T* base, int c0, int n, bool whole, float fill) {
+  typedef typename Vec16<T>::type P;
+  constexpr int V = Vec16<T>::N;
+  P v;
+  if (base != nullptr && whole) {
+    if constexpr (sizeof(T) == 2) {
+      const unsigned* wd = reinterpret_cast<const unsigned*>(base) + (c0 >> 1);
+      const int odd = c0 & 1;
+      unsigned u[5];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) u[k] = __ldg(wd + k);
+      u[4] = odd ? __ldg(wd + 4) : 0u;  // (its word holds column c0 + 7: inside the vector)
+      unsigned* o = reinterpret_cast<unsigned*>(&v);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) o[k] = __funnelshift_r(u[k], u[k + 1], 16 * odd);
+    } else {
+#pragma unroll
+      for (int e = 0; e < V; ++e) v.v[e] = __ldg(base + c0 + e);
+    }
+    return v;
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    const int c = c0 + e;
+    v.v[e] = base != nullptr && c >= 0 && c < n ? base[c] : cast<T>(fill);
+  }
+  return v;
+}
+
+// Pack p's per-column vector: column_pack, or under a shifted row's pack (shift_row) column_window.
+template <typename T, bool NC = false>
+__device__ __forceinline__ typename Vec16<T>::type column_at(const T* base, int p, const RowLayout<T>& L, float fill) {
+  if (!L.shifted) return column_pack<T, NC>(base, p, L, fill);
+  const int i = L.at(p);
+  return column_window<T>(base, i - L.lo, L.len - L.lo, L.whole(i), fill);
 }
 
 // A forward kernel's compile-time row group GT: 0 the run-time arguments G / parts / aligned; 1..32 a sub-warp

@@ -1,6 +1,8 @@
 """Host side of cu_src/norm.cu: layer_norm, rms_norm, their in-place forms and backward."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._runtime import (CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, is_cupy, is_torch, launch,
@@ -78,17 +80,20 @@ STAGE_BWD = {"on": True}  # half-type rows of 1024-thread backward blocks staged
 STAGE_SHORT_FWD = {"on": True, "groups": (8,), "dtypes": ("float32",)}
 
 
-def _fwd(dtype, mode, stage=0, group=0, full=False):
-    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {rw.stage_token(stage)}{rw.group_token(group, full)}>"
+def _fwd(dtype, mode, stage=0, group=0, full=False, shift=False):
+    tail = f", {group}, false, true" if shift else rw.group_token(group, full)
+    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {rw.stage_token(stage)}{tail}>"
 
 
 def _parts(dtype, mode, full=False):
     return f"norm_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {rw.PARTS_PACKS['norm']}{', true' if full else ''}>"
 
 
-def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True, group=0, full=False):
+def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True, group=0, full=False, shift=False):
     st = "true" if stage else "false"
     tail = f", {'true' if db else 'false'}{rw.group_token(group, full)}" if group else "" if db else ", false"
+    if shift:
+        tail = f", true, {group}, false, true"
     return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {st}, {packs}{tail}>"
 
 
@@ -273,7 +278,16 @@ def column_sum_shape(r: int, n: int, sm_count: int) -> tuple[int, int, int]:
     return ys, cw, tw
 
 
-SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
+# Backward rows that are not whole packs of aligned arrays take shifted rows (norm_bwd's SHIFT, the one-pack form) for
+# the half types only. H100 (`benchmarks/runs/issue4-session25/04-*`, us, shifted vs the element path): bf16 layer /
+# rms 167772x100 65.4 / 58.8 vs 77.6 / 71.8, 16760x1001 58.1 / 51.5 vs 86.4 / 82.6, 4095x4097 108.2 / 93.2 vs 158.0 /
+# 146.0, 508400x33 equal / 84.7 vs 89.1; but float32 (one pack a thread, where its element path holds two) 2396745x7
+# 154.2 / 146.0 vs 129.0 / 101.2, 508400x33 141.1 / 130.4 vs 113.8 / 90.8, 16760x1001 equal / 89.2 vs 79.2.
+SHIFTED_BWD_DTYPES = ("float16", "bfloat16")
+
+
+SOURCE.declare([_fwd(t, m, shift=sh) for t in FLOAT_DTYPES for m in MODES for sh in (False, True)]
+               + [_fwd(t, m, group=g, shift=True) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
                + [_fwd(t, m, True) for t in rw.STAGE_FWD_DTYPES for m in MODES]
                + [_fwd(t, m, group=g) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
                + [_fwd(t, m, st, group=rw.ROW_BLOCK, full=f) for t in rw.SHORT_DTYPES for m in MODES for st in (0, 1)
@@ -283,6 +297,8 @@ SOURCE.declare([_fwd(t, m) for t in FLOAT_DTYPES for m in MODES]
                   for g in STAGE_SHORT_FWD["groups"] for f in (False, True)]
                + [_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (False, True)] + [rw.ZERO_WORDS]
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
+               + [_bwd(t, m, f, packs=1, group=g, shift=True) for t in SHIFTED_BWD_DTYPES for m in MODES for f in (0, 1)
+                  for g in (0,) + rw.SHORT_GROUPS]
                + [_bwd(t, m, f, packs=k, group=g, full=fl) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
                   for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,) for fl in (False, True)]
                + [_bwd(t, m, f, True, k, group=g, full=fl) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
@@ -370,45 +386,12 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
         mean = call.empty(xc.shape[:-1], acc) if save_stats and mode == "layer_norm" else None
         rstd = call.empty(xc.shape[:-1], acc) if save_stats else None
         if rows and n:
-            name = _fwd(dtype, mode)
-            kernel = SOURCE.kernel(name)
             args = dict(force=variant if variant == "block" else None,
                         long_rows="exchange" if variant == "counter" else
                         variant if variant in ("split", "exchange") else None)
-            p = rw.plan(rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), current().sm_count,
-                        occupancy=rw.occupancy(kernel, name), **args)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
-            pp = variant == "auto" and rw.pipelined_plan(
-                SOURCE, _parts(dtype, mode), rows, n, dtype, al, rw.PARTS_PACKS["norm"], p.threads,
-                full_name=_parts(dtype, mode, True) if FULL_PARTS["on"] else None)
-            if pp:
-                kernel, p, smem = pp
-                rw.launch_pipelined(call, SOURCE, kernel, p,
-                                    (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows),
-                                     np.int64(n), np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts),
-                                     np.float32(eps), np.float32(1.0 / n)), smem, k=2)
-            else:
-                smem = 0
-                # layer_norm over several blocks per row measured 2% slower staged (256x262144 float32)
-                stage = rw.stage_fwd(p, dtype, al) if STAGE_FWD["on"] and (mode == "rms_norm" or p.parts == 1) else 0
-                stage = stage or int(rw.stage_short(STAGE_SHORT_FWD, p, dtype, al, variant))
-                g = rw.short_group(p, dtype, al, variant, staged=bool(stage))
-                if stage:
-                    name = _fwd(dtype, mode, stage=stage, group=g)
-                    kernel = SOURCE.kernel(name)
-                    p, smem = rw.staged_plan(kernel, name, rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n),
-                                             tensors=stage, **args)
-                if g:  # FULL or not, the same launch bounds: the plan stands
-                    name = _fwd(dtype, mode, stage, g, rw.full_rows(p, dtype, fwd_maxp(dtype), g, stage))
-                    kernel = SOURCE.kernel(name, smem)
-                counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["fwd"])
-                sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
-                for phase in rw.phases(p, counter):
-                    kernel((p.grid,), (p.threads,),
-                           (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
-                            np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
-                            rw.ACC_SCALAR[acc](eps), rw.ACC_SCALAR[acc](1.0 / n), np.int32(phase), sync, slots),
-                           shared_mem=smem)
+            if not _forward_shifted(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant):
+                _forward(call, x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant, args)
         elif rows and rstd is not None:  # n == 0: mean of nothing, like torch
             rstd.fill(np.nan)
             if mean is not None:
@@ -416,6 +399,67 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
         res = (x if inplace else call.result(y), None if mean is None else call.result(mean),
                None if rstd is None else call.result(rstd))
         return res
+
+
+def _forward_shifted(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant) -> bool:
+    """The forward on shifted rows (rows.cuh: norm_fwd's SHIFT instances) where they apply: rows of a pack or more
+    that are not whole packs of 16-byte aligned arrays and that one block holds (planned for n + V - 1 elements).
+    Shorter rows, skewed bases and longer rows keep the element path. Whether it launched."""
+    V = rw.vec(dtype)
+    if not (variant == "auto" and not al and n >= V and rw.pointers_aligned(x2, y2, w, b)):
+        return False
+    p = rw.plan(rows, n + V - 1, dtype, fwd_maxp(dtype), fwd_threads(dtype, n + V - 1), current().sm_count)
+    if p.parts > 1:
+        return False
+    g = rw.short_group(p, dtype, 1, variant) if p.path == "subwarp" else 0  # the group compiled in, if any
+    kernel = SOURCE.kernel(_fwd(dtype, mode, group=g, shift=True))
+    smem = 16 * (p.threads // p.group) if p.group < 32 else 0  # store_shifted's slots
+    acc = rw.ACC_SCALAR[rw.ACC[dtype]]
+    kernel((p.grid,), (p.threads,),
+           (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n), np.int64(p.chunk),
+            np.int32(p.group), np.int32(p.packs), np.int32(1), np.int32(0), acc(eps), acc(1.0 / n), np.int32(0),
+            np.uint64(0), np.uint64(0)), shared_mem=smem)
+    return True
+
+
+def _forward(call, x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant, args):
+    """The forward on aligned rows and the element path."""
+    name = _fwd(dtype, mode)
+    kernel = SOURCE.kernel(name)
+    p = rw.plan(rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), current().sm_count,
+                occupancy=rw.occupancy(kernel, name), **args)
+    acc = rw.ACC[dtype]
+    pp = variant == "auto" and rw.pipelined_plan(
+        SOURCE, _parts(dtype, mode), rows, n, dtype, al, rw.PARTS_PACKS["norm"], p.threads,
+        full_name=_parts(dtype, mode, True) if FULL_PARTS["on"] else None)
+    if pp:
+        kernel, p, smem = pp
+        rw.launch_pipelined(call, SOURCE, kernel, p,
+                            (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows),
+                             np.int64(n), np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts),
+                             np.float32(eps), np.float32(1.0 / n)), smem, k=2)
+    else:
+        smem = 0
+        # layer_norm over several blocks per row measured 2% slower staged (256x262144 float32)
+        stage = rw.stage_fwd(p, dtype, al) if STAGE_FWD["on"] and (mode == "rms_norm" or p.parts == 1) else 0
+        stage = stage or int(rw.stage_short(STAGE_SHORT_FWD, p, dtype, al, variant))
+        g = rw.short_group(p, dtype, al, variant, staged=bool(stage))
+        if stage:
+            name = _fwd(dtype, mode, stage=stage, group=g)
+            kernel = SOURCE.kernel(name)
+            p, smem = rw.staged_plan(kernel, name, rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n),
+                                     tensors=stage, **args)
+        if g:  # FULL or not, the same launch bounds: the plan stands
+            name = _fwd(dtype, mode, stage, g, rw.full_rows(p, dtype, fwd_maxp(dtype), g, stage))
+            kernel = SOURCE.kernel(name, smem)
+        counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["fwd"])
+        sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
+        for phase in rw.phases(p, counter):
+            kernel((p.grid,), (p.threads,),
+                   (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
+                    np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
+                    rw.ACC_SCALAR[acc](eps), rw.ACC_SCALAR[acc](1.0 / n), np.int32(phase), sync, slots),
+                   shared_mem=smem)
 
 
 def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mode="layer_norm", from_output=False,
@@ -491,6 +535,9 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
             launch(kernel, cl * groups, threads,
                    (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
                     rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n) + extra, shared_mem=smem, cluster=cl)
+        elif rows and n and (sh := _backward_shifted(call, s2, d2, dx2, w, b, stats, rows, n, dtype, mode, from_output,
+                                                     want_w, want_b, al, variant)):
+            db_by_reduce, nrg, dw_part, db_part = False, *sh
         elif rows and n:
             packs = bwd_packs(dtype, mode, n)
             args = dict(force=variant if variant == "block" else None, min_blocks=bwd_min_blocks(dtype, packs),
@@ -554,6 +601,44 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
                 if a is not None:
                     a.fill(0)
         return tuple(None if a is None else call.result(a) for a in (dx, dw, db))
+
+
+def _backward_shifted(call, s2, d2, dx2, w, b, stats, rows, n, dtype, mode, from_output, want_w, want_b, al, variant):
+    """The backward on shifted rows (norm_bwd's SHIFT instances) where they apply, as _forward_shifted: launched, its
+    (partial rows, dweight partials, dbias partials); else None."""
+    V = rw.vec(dtype)
+    if not (variant == "auto" and dtype in SHIFTED_BWD_DTYPES and not al and n >= V
+            and rw.pointers_aligned(s2, d2, dx2, w, b)):
+        return None
+    packs = 1
+
+    def planned(group=0):
+        name = _bwd(dtype, mode, from_output, packs=packs, group=group, shift=True)
+        kernel = SOURCE.kernel(name)
+        smem = lambda t: bwd_smem(dtype, t, packs=packs)  # noqa: E731  (the column sums by group, the slots)
+        return kernel, rw.plan(rows, n + V - 1, dtype, bwd_maxp(dtype, packs), bwd_threads(dtype, packs),
+                               current().sm_count, persistent=True, occupancy=rw.occupancy(kernel, name, smem),
+                               min_blocks=bwd_min_blocks(dtype, packs))
+
+    if rw.plan(rows, n + V - 1, dtype, bwd_maxp(dtype, packs), bwd_threads(dtype, packs), current().sm_count).parts > 1:
+        return None
+    kernel, p = planned()
+    if p.path == "subwarp" and dtype in SHORT_BWD and (g := rw.short_group(p, dtype, 1, variant)):
+        kernel, p = planned(g)  # the group compiled in, with its own occupancy
+    gpb = p.threads // p.group if p.group <= 32 else 1
+    grid = p.grid
+    if grid * gpb < rows:  # a group takes several rows: stepped by a multiple of V, all start at the same head
+        unit = V // math.gcd(gpb, V)
+        grid = grid // unit * unit
+    dw_part = call.empty((grid, n), rw.ACC[dtype]) if want_w else None
+    db_part = call.empty((grid, n), rw.ACC[dtype]) if want_b else None
+    inv_n = rw.ACC_SCALAR[rw.ACC[dtype]](1.0 / n)
+    kernel((grid,), (p.threads,),
+           (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
+            rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n, np.int64(p.chunk), np.int32(p.group),
+            np.int32(p.packs), np.int32(1), np.int32(0), np.int32(0), np.uint64(0), np.uint64(0)),
+           shared_mem=bwd_smem(dtype, p.threads, p.group, packs))
+    return grid, dw_part, db_part
 
 
 def _copy(call, a, dtype):
