@@ -1,10 +1,12 @@
 """layer_norm / rms_norm forward and backward (and the in-place forms) vs torch, on the issue's
-shapes. Bytes: forward reads x and writes y once; backward reads x (or y) and dy and writes dx once
+shapes and rows that are not whole 16-byte packs (ODD_SHAPES: shifted rows, against the element path). Bytes: forward reads x and writes y once; backward reads x (or y) and dy and writes dx once
 (weight, bias, dweight, dbias and the row statistics are under 0.1% and not counted)."""
 from __future__ import annotations
 
 from . import Group, suite, switched
 from .softmax import SHAPES, floor, tensors
+
+ODD_SHAPES = [((167772, 100), "bfloat16"), ((16760, 1001), "bfloat16"), ((508400, 33), "float32")]
 
 
 @suite("norm")
@@ -40,9 +42,11 @@ def norm_suite(quick: bool):
                         switched(N.PIPELINE_BWD, {"on": False}, one_pack)}
                    if n >= 8192 else {})}
 
-    for shape, dtype in SHAPES[:3] if quick else SHAPES:
+    for shape, dtype in SHAPES[:3] if quick else SHAPES + ODD_SHAPES:
         (x, xc), (s, sc), (dy, dyc) = tensors(shape, dtype, 3)
         n = shape[-1]
+        odd = n * x.element_size() % 16 != 0
+        forms = (lambda f: {"ladder: scalar loads": f}) if odd else half_forms  # noqa: E731  (odd: the element path)
         label = "x".join(map(str, shape))
         nbytes = x.numel() * x.element_size()
         w = (torch.rand(n, device="cuda") + 0.5).to(x.dtype)
@@ -75,6 +79,8 @@ def norm_suite(quick: bool):
                      **({"ladder: long rows, one launch (exchange)":
                          lambda: norm_forward_impl(xc, wc, None, 1e-6, "rms_norm", variant="exchange")}
                         if n > 32768 else {}),
+                     **({"ladder: scalar loads": lambda: norm_forward_impl(xc, wc, None, 1e-6, "rms_norm",
+                                                                           variant="scalar")} if odd else {}),
                      "torch F.rms_norm": lambda: F.rms_norm(x, (n,), w, 1e-6),
                      "torch formulation x * rsqrt(mean(x^2) + eps) * w":
                          lambda: x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w,
@@ -95,7 +101,8 @@ def norm_suite(quick: bool):
                          "ladder: long rows, one launch, counter exchange":
                          lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm", variant="counter")}
                         if n >= 8192 else {}),
-                     **half_forms(lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm")),
+                     **forms(lambda: norm_backward_impl(dyc, xc, wc, bc, mean, rstd, "layer_norm",
+                                                       variant="scalar" if odd else "auto")),
                      **({"ladder: two packs, dbias summed in the kernel (not by reduce.cu)": switched(
                          N.SHARED_BWD, {"on": False}, switched(
                              N.DB_BY_REDUCE, {"on": False},
@@ -116,7 +123,8 @@ def norm_suite(quick: bool):
         rms_out = F.rms_norm(xr, (n,), wr, 1e-6)
         yield Group("rms_norm backward", label, dtype,
                     {"cupy_kernels": lambda: norm_backward_impl(dyc, xc, wc, None, None, rstd_rms, "rms_norm"),
-                     **half_forms(lambda: norm_backward_impl(dyc, xc, wc, None, None, rstd_rms, "rms_norm")),
+                     **forms(lambda: norm_backward_impl(dyc, xc, wc, None, None, rstd_rms, "rms_norm",
+                                                       variant="scalar" if odd else "auto")),
                      **({"ladder: long rows, one launch (exchange)": lambda: norm_backward_impl(
                          dyc, xc, wc, None, None, rstd_rms, "rms_norm", variant="exchange")} if n > 32768 else {}),
                      "torch F.rms_norm autograd": lambda: torch.autograd.grad(rms_out, (xr, wr), dy,
