@@ -339,8 +339,8 @@ __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T*
 // stores; sub-warp groups of 8-32 threads with ~8 rows a group likewise (host: norm.stage_short_bwd).
 // DB = false (layer_norm only): no dbias accumulators (the host sums dy's columns itself): 16 fewer
 // registers for the two-pack half form, whose accumulators spill. GT: the group known at compile time (fix_group).
-// SHIFT (the half types' one-pack form, unstaged, a run-time or sub-warp group, one segment a row): shifted rows as
-// norm_fwd's. The host steps a group's rows by a multiple of V (or gives it one row): all start at the same `head`,
+// SHIFT (the half types' one-pack form, a run-time or sub-warp group, one segment a row; STAGE: block rows only):
+// shifted rows as norm_fwd's. The host steps a group's rows by a multiple of V (or gives it one row): all start at the same `head`,
 // so the thread's weight / bias columns are read once and its column sums stay in the same registers; sub-warp blocks
 // then add their groups' sums by column, not by slot.
 // The backward's arithmetic of one row, shared by norm_bwd and norm_bwd_pipelined.
@@ -470,7 +470,7 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
   constexpr int K = MAXP * V;  // accumulator slots per thread: slot p * V + e
   fix_group<GT>(G, parts, aligned);
   static_assert(!FULL || GT, "FULL rows are one aligned segment of a compile-time group");
-  static_assert(!SHIFT || (!STAGE && !FULL && GT != ROW_BLOCK), "shifted rows: unstaged, a run-time or sub-warp group");
+  static_assert(!SHIFT || (!FULL && GT != ROW_BLOCK), "shifted rows: a run-time or sub-warp group");
   if (FULL) packs = MAXP;  // as norm_fwd's FULL rows: n = MAXP * V * G
   if (SHIFT) parts = 1;  // (the host plans shifted rows as one segment)
   __shared__ A scratch[64];
@@ -509,7 +509,19 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
       bcol[p] = column_at<T>(bb, p, R, 0.f);
     }
   }
-  if (STAGE) stage_first_pair<T, MAXP>(sa, sb, src, dy, row * n + begin, row < rows, L);
+  // SHIFT with STAGE (block rows: no store_shifted slots): row r's x and dy staged, in its own layout
+  auto stage_shifted_row = [&](long long r) {
+    RowLayout<T> N = L;
+    const long long o = shift_row(N, r, rows, n, begin, chunk);
+    stage_shifted_packs<T, MAXP>(sa, src + o, N);
+    stage_shifted_packs<T, MAXP>(sb, dy + o, N);
+  };
+  if (STAGE && SHIFT) {
+    if (row < rows) stage_shifted_row(row);
+    cp_async_commit();
+  } else if (STAGE) {
+    stage_first_pair<T, MAXP>(sa, sb, src, dy, row * n + begin, row < rows, L);
+  }
   const int lead = SHIFT ? at.lead : 0;  // shifted rows: whole warps loop together (RowGrid::lead)
   for (; row - lead < rows; row += stride) {
     const bool live = !SHIFT || row < rows;
@@ -517,7 +529,17 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
     RowLayout<T> R = L;
     const long long off = shift_row(R, at_row, rows, n, begin, chunk);
     P rx[MAXP], rd[MAXP];  // zero dy past the end: no contribution anywhere
-    load_row_pair<STAGE, T, MAXP>(rx, rd, sa, sb, src, dy, off, (long long)stride * n, row + stride < rows, R);
+    if constexpr (STAGE && SHIFT) {
+      cp_async_wait<0>();
+      unstage_shifted_packs<T, MAXP>(rx, sa, R, 0.f);
+      unstage_shifted_packs<T, MAXP>(rd, sb, R, 0.f);
+      opaque<T, MAXP>(rx);  // the slots are read into registers before the next copies overwrite them
+      opaque<T, MAXP>(rd);
+      if (row + stride < rows) stage_shifted_row(row + stride);
+      cp_async_commit();
+    } else {
+      load_row_pair<STAGE, T, MAXP>(rx, rd, sa, sb, src, dy, off, (long long)stride * n, row + stride < rows, R);
+    }
     const A rstd = rstd_in[at_row];
     const A mean = MODE == LAYER && !FROM_OUTPUT ? mean_in[at_row] : A(0);
     A c1, c2;

@@ -291,13 +291,13 @@ def test_shifted_rows(mode, dtype):
 
     V = rw.vec(dtype)
     block = fwd_threads(dtype) * rw.fwd_maxp(dtype) * V
-    for n in (V - 1, V + 1, 3 * V + 1, 100, 1001, block - V + 1, block - 1, block + 3):
+    for n in (V - 1, V + 1, 3 * V + 1, 100, 1001, 5001, block - V + 1, block - 1, block + 3):
         if n % V == 0:
             continue
         rows = 4 * V + 3 if n > 4096 else 1000
         one_block = rw.plan(rows, n + V - 1, dtype, rw.fwd_maxp(dtype), fwd_threads(dtype, n + V - 1), SMS).parts == 1
         bwd_shifted = dtype in N.SHIFTED_BWD_DTYPES and n >= V and rw.plan(
-            rows, n + V - 1, dtype, bwd_maxp(dtype, 1), bwd_threads(dtype, 1), SMS).parts == 1
+            1, n + V - 1, dtype, bwd_maxp(dtype, 1), bwd_threads(dtype, 1), SMS).parts == 1
         x, xv = make((rows, n), dtype, 2.0, 0.5)
         flat = cupy.empty(rows * n + 1, dtype=x.dtype)
         skewed = flat[1:].reshape(rows, n)  # contiguous, base 2-8 bytes past a boundary
@@ -324,8 +324,10 @@ def test_shifted_rows(mode, dtype):
                 assert close_everywhere(y, want, dtype) and not used & SHIFTED_FWD, what + ("skewed weight", used)
         if n == 1:  # (dx and dweight of layer_norm are rounding noise there: test_backward_every_path's dx_err)
             continue
-        # the backward from x and from y, each gradient element checked (dweight / dbias: the column sums by head)
-        c = backward_case(rows, n, dtype, mode)
+        # the backward from x and from y, each gradient element checked (dweight / dbias: the column sums by head);
+        # rows enough that groups take several (sub-warp rows of 33 and 100) and 1024-thread blocks stage their next
+        bwd_rows = 20000 if n <= 100 else 3000 if n <= 1001 else 300 if n <= 8192 else rows
+        c = backward_case(bwd_rows, n, dtype, mode)
         rdx, rdw, rdb = c["ref"]
         for src, from_output in ((c["x"], False), (c["y"], True)):
             (dx, dw, db), used = kernels_of(N.SOURCE, lambda: norm_backward_impl(
@@ -337,8 +339,8 @@ def test_shifted_rows(mode, dtype):
 
 
 SHIFTED_FWD = {N._fwd(t, m, group=g, shift=True) for t in ALL for m in N.MODES for g in (0,) + rw.SHORT_GROUPS}
-SHIFTED_BWD = {N._bwd(t, m, f, packs=1, group=g, shift=True) for t in ALL for m in N.MODES for f in (0, 1)
-               for g in (0,) + rw.SHORT_GROUPS}
+SHIFTED_BWD = {N._bwd(t, m, f, st, packs=1, group=g, shift=True) for t in ALL for m in N.MODES for f in (0, 1)
+               for st, g in ((True, 0),) + tuple((False, g) for g in (0,) + rw.SHORT_GROUPS)}
 SHIFTED_FWD &= set(N.SOURCE.names)  # the shifted instances norm.py declares
 SHIFTED_BWD &= set(N.SOURCE.names)
 

@@ -191,6 +191,23 @@ __device__ __forceinline__ void stage_shifted_packs(typename Vec16<T>::type* sta
     }
   }
 }
+// Pack slots of a shifted row staged by stage_shifted_packs into registers, the elements outside the row `fill`.
+template <typename T, int MAXP>
+__device__ __forceinline__ void unstage_shifted_packs(typename Vec16<T>::type (&r)[MAXP],
+                                                      const typename Vec16<T>::type* stage, const RowLayout<T>& L,
+                                                      float fill) {
+#pragma unroll
+  for (int p = 0; p < MAXP; ++p) {
+    if (p < L.packs) {
+      if (L.at(p) < L.len) {
+        r[p] = row_pack<T>(stage[p * blockDim.x + threadIdx.x], p, L, fill);
+      } else {
+#pragma unroll
+        for (int e = 0; e < L.V; ++e) r[p].v[e] = cast<T>(fill);
+      }
+    }
+  }
+}
 template <typename T, int MAXP>
 __device__ __forceinline__ void unstage_packs(typename Vec16<T>::type (&r)[MAXP], const typename Vec16<T>::type* stage,
                                               const RowLayout<T>& L, float fill) {

@@ -299,6 +299,7 @@ SOURCE.declare([_fwd(t, m, shift=sh) for t in FLOAT_DTYPES for m in MODES for sh
                + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
                + [_bwd(t, m, f, packs=1, group=g, shift=True) for t in SHIFTED_BWD_DTYPES for m in MODES for f in (0, 1)
                   for g in (0,) + rw.SHORT_GROUPS]
+               + [_bwd(t, m, f, True, packs=1, shift=True) for t in SHIFTED_BWD_DTYPES for m in MODES for f in (0, 1)]
                + [_bwd(t, m, f, packs=k, group=g, full=fl) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
                   for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,) for fl in (False, True)]
                + [_bwd(t, m, f, True, k, group=g, full=fl) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
@@ -623,8 +624,12 @@ def _backward_shifted(call, s2, d2, dx2, w, b, stats, rows, n, dtype, mode, from
     if rw.plan(rows, n + V - 1, dtype, bwd_maxp(dtype, packs), bwd_threads(dtype, packs), current().sm_count).parts > 1:
         return None
     kernel, p = planned()
+    smem = None
     if p.path == "subwarp" and dtype in SHORT_BWD and (g := rw.short_group(p, dtype, 1, variant)):
         kernel, p = planned(g)  # the group compiled in, with its own occupancy
+    elif p.threads == 1024 and STAGE_BWD["on"]:  # a block row alone on its SM: the next row staged, as aligned rows
+        kernel, smem = SOURCE.kernel(_bwd(dtype, mode, from_output, True, packs=1, shift=True)), 2 * p.threads * 16
+    smem = bwd_smem(dtype, p.threads, p.group, packs) if smem is None else smem
     gpb = p.threads // p.group if p.group <= 32 else 1
     grid = p.grid
     if grid * gpb < rows:  # a group takes several rows: stepped by a multiple of V, all start at the same head
@@ -637,7 +642,7 @@ def _backward_shifted(call, s2, d2, dx2, w, b, stats, rows, n, dtype, mode, from
            (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
             rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n, np.int64(p.chunk), np.int32(p.group),
             np.int32(p.packs), np.int32(1), np.int32(0), np.int32(0), np.uint64(0), np.uint64(0)),
-           shared_mem=bwd_smem(dtype, p.threads, p.group, packs))
+           shared_mem=smem)
     return grid, dw_part, db_part
 
 
