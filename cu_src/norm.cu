@@ -589,15 +589,8 @@ __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlo
     } else if (SHIFT) {  // groups of different heads: each group's sums by column (gpb * n), added in group order
       A* buf = reinterpret_cast<A*>(dyn_smem);
       __syncthreads();  // the previous kind's readers (and the last row's slots) are done
-#pragma unroll
-      for (int p = 0; p < MAXP; ++p) {
-        const int i = L.at(p) - head;
-        if (p < L.packs)
-#pragma unroll
-          for (int e = 0; e < V; ++e)
-            if (i + e >= 0 && i + e < L.len)
-              buf[at.gi * L.len + i + e] = k == 0 ? aw[p * V + e] : ab[(p * V + e) % (DBS ? K : 1)];
-      }
+      if (k == 0) store_column_sums<T, MAXP, true>(buf + at.gi * L.len, aw, L, head);
+      else store_column_sums<T, MAXP, true>(buf + at.gi * L.len, ab, L, head);
       __syncthreads();
       for (int c = threadIdx.x; c < L.len; c += blockDim.x) {
         A sum = A(0);

@@ -322,6 +322,13 @@ def pointers_aligned(*arrays) -> bool:
     return all(a is None or a.data.ptr % 16 == 0 for a in arrays)
 
 
+def shifted_rows(n: int, dtype: str, al: int, variant: str, *arrays) -> bool:
+    """Whether rows of n elements take the shifted instances (rows.cuh shift_row): the automatic variant, rows of a
+    pack or more that are not whole packs (`al` 0), every array 16-byte aligned. Shorter rows keep the element path:
+    every pack of theirs is shared with other rows (measured slower, docs/softmax.md)."""
+    return variant == "auto" and not al and n >= vec(dtype) and pointers_aligned(*arrays)
+
+
 def aligned(n: int, dtype: str, *arrays) -> int:
     """1 when every array is 16-byte aligned and rows are whole packs (16-byte accesses allowed)."""
     return int(n % vec(dtype) == 0 and pointers_aligned(*arrays))

@@ -91,9 +91,8 @@ def _parts(dtype, mode, full=False):
 
 def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True, group=0, full=False, shift=False):
     st = "true" if stage else "false"
-    tail = f", {'true' if db else 'false'}{rw.group_token(group, full)}" if group else "" if db else ", false"
-    if shift:
-        tail = f", true, {group}, false, true"
+    tail = (f", true, {group}, false, true" if shift else
+            f", {'true' if db else 'false'}{rw.group_token(group, full)}" if group else "" if db else ", false")
     return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {st}, {packs}{tail}>"
 
 
@@ -407,7 +406,7 @@ def _forward_shifted(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, va
     that are not whole packs of 16-byte aligned arrays and that one block holds (planned for n + V - 1 elements).
     Shorter rows, skewed bases and longer rows keep the element path. Whether it launched."""
     V = rw.vec(dtype)
-    if not (variant == "auto" and not al and n >= V and rw.pointers_aligned(x2, y2, w, b)):
+    if not rw.shifted_rows(n, dtype, al, variant, x2, y2, w, b):
         return False
     p = rw.plan(rows, n + V - 1, dtype, fwd_maxp(dtype), fwd_threads(dtype, n + V - 1), current().sm_count)
     if p.parts > 1:
@@ -608,8 +607,7 @@ def _backward_shifted(call, s2, d2, dx2, w, b, stats, rows, n, dtype, mode, from
     """The backward on shifted rows (norm_bwd's SHIFT instances) where they apply, as _forward_shifted: launched, its
     (partial rows, dweight partials, dbias partials); else None."""
     V = rw.vec(dtype)
-    if not (variant == "auto" and dtype in SHIFTED_BWD_DTYPES and not al and n >= V
-            and rw.pointers_aligned(s2, d2, dx2, w, b)):
+    if not (dtype in SHIFTED_BWD_DTYPES and rw.shifted_rows(n, dtype, al, variant, s2, d2, dx2, w, b)):
         return None
     packs = 1
 

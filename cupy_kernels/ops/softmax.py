@@ -123,10 +123,7 @@ def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     long_rows = "exchange" if variant == "counter" else variant if variant in ("split", "exchange") else None
     args = dict(force=variant if variant == "block" else None, long_rows=long_rows)
     al = 0 if variant == "scalar" else rw.aligned(n, dtype, *srcs, out)
-    # rows of a pack or more that are not whole packs of aligned arrays: shifted rows (rows.cuh), planned for
-    # n + V - 1 elements. Shorter rows keep the element path: every pack of theirs is shared with other rows and
-    # would be stored element by element (measured slower, docs/softmax.md)
-    shift = variant == "auto" and not al and n >= rw.vec(dtype) and rw.pointers_aligned(*srcs, out)
+    shift = rw.shifted_rows(n, dtype, al, variant, *srcs, out)  # planned for n + V - 1 elements
     plan_n = n + rw.vec(dtype) - 1 if shift else n
     maxp = rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype)
     parts_packs = SHIFTED_PARTS_PACKS if shift else rw.PARTS_PACKS["softmax"]  # the pipelined forward's
