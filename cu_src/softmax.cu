@@ -371,3 +371,100 @@ __global__ void __launch_bounds__(512, 1) softmax_bwd_parts(const T* y, const T*
   };
   pipelined_parts<T, MAXP, 2, 1, false, SHIFT>(src, rows, n, begin, chunk, parts, L, words, reduce, write);
 }
+
+// Rows of one element (n = 1): each element is its own row, so the op is elementwise. Forward: x - max is 0, or NaN
+// where x is infinite or NaN (as the row kernels give), so softmax is 1 + d and log_softmax d; backward:
+// softmax_grad with a row sum of one term. A is x (forward) or y, G unused (forward) or dy.
+// Launch: 1-D grid of 256-thread blocks striding over `count` elements, 16-byte packs when every pointer is
+// 16-byte aligned (`aligned`), the rest (or every element, unaligned) one by one. out may be a or g.
+template <typename T, int MODE, bool BWD>
+__global__ void __launch_bounds__(256) softmax_rows_of_one(const T* a, const T* g, T* out, long long count,
+                                                           int aligned) {
+  typedef typename AccOf<T>::type A;
+  typedef typename Vec16<T>::type P;
+  constexpr int V = Vec16<T>::N;
+  auto one = [](A x, A d) -> A {
+    if (BWD) return softmax_grad<MODE>(x, d, softmax_grad_term<MODE>(x, d));
+    const A z = x - x;
+    return MODE == SOFTMAX ? z + A(1) : z;
+  };
+  const long long stride = (long long)gridDim.x * blockDim.x, first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long packs = aligned ? count / V : 0;
+  for (long long i = first; i < packs; i += stride) {
+    const P ap = reinterpret_cast<const P*>(a)[i];
+    P gp = ap;
+    if (BWD) gp = reinterpret_cast<const P*>(g)[i];
+    P o;
+#pragma unroll
+    for (int e = 0; e < V; e += 2)
+      store2(&o.v[e], one(elem<A>(ap, e), elem<A>(gp, e)), one(elem<A>(ap, e + 1), elem<A>(gp, e + 1)));
+    reinterpret_cast<P*>(out)[i] = o;
+  }
+  for (long long i = packs * V + first; i < count; i += stride)
+    out[i] = cast<T>(one(cast<A>(a[i]), cast<A>(BWD ? g[i] : a[i])));
+}
+
+// Short rows through shared memory ("tiled rows"): a block's ROWS = rows_per_thread * blockDim.x consecutive rows are
+// one contiguous tile of ROWS * n elements, 16-byte aligned when the matrix is (ROWS a multiple of 32), so it moves
+// in (cp.async) and out (16-byte stores) as whole packs, whatever n is: no per-row end packs to mask or hand over, as
+// the shifted sub-warp rows have. Thread t then takes rows t, t + blockDim.x, ... alone, element by element, in shared
+// memory (odd n: conflict-free, one row a bank), four running maxima / sums a row for the latency of long rows.
+// Forward (BWD false): a is x, out y; backward: a is y, g dy, out dx; the result overwrites a's tile before the store.
+// Launch: 1-D grid of ceil(rows / ROWS) blocks of <= 256 threads (a multiple of 32), dynamic shared memory of
+// (BWD ? 2 : 1) tiles of ceil(ROWS * n / V) 16-byte slots; every pointer 16-byte aligned. y may be x, dx may be dy.
+template <typename T, int MODE, bool BWD>
+__global__ void __launch_bounds__(256) softmax_tiled(const T* a, const T* g, T* out, long long rows, int n,
+                                                     int rows_per_thread) {
+  typedef typename AccOf<T>::type A;
+  constexpr int V = Vec16<T>::N;
+  extern __shared__ int4 tile_mem[];
+  const int tile_rows = rows_per_thread * blockDim.x;
+  const long long row0 = (long long)blockIdx.x * tile_rows, base = row0 * n;
+  const int nrows = (int)min((long long)tile_rows, rows - row0), count = nrows * n;
+  const int packs = (count + V - 1) / V, slots = (tile_rows * n + V - 1) / V;
+  for (int q = threadIdx.x; q < packs; q += blockDim.x) {
+    const int bytes = min(V, count - q * V) * (int)sizeof(T);
+    cp_async16_part(tile_mem + q, a + base + (long long)q * V, bytes);
+    if (BWD) cp_async16_part(tile_mem + slots + q, g + base + (long long)q * V, bytes);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  for (int i = threadIdx.x; i < nrows; i += blockDim.x) {
+    T* const r = reinterpret_cast<T*>(tile_mem) + i * n;
+    const T* const rg = reinterpret_cast<const T*>(tile_mem + slots) + i * n;
+    // f(k) over the row into four partial results (k mod 4), combined by op: independent chains
+    auto fold4 = [&](A init, auto f, auto op) {
+      A p[4] = {init, init, init, init};
+      int k = 0;
+      for (; k + 4 <= n; k += 4)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) p[j] = op(p[j], f(k + j));
+      for (; k < n; ++k) p[0] = op(p[0], f(k));
+      return op(op(p[0], p[1]), op(p[2], p[3]));
+    };
+    auto add = [](A u, A v) { return u + v; };
+    if (BWD) {
+      const A c = fold4(A(0), [&](int k) { return softmax_grad_term<MODE>(cast<A>(r[k]), cast<A>(rg[k])); }, add);
+#pragma unroll 4
+      for (int k = 0; k < n; ++k) r[k] = cast<T>(softmax_grad<MODE>(cast<A>(r[k]), cast<A>(rg[k]), c));
+    } else {
+      const A m = fold4(lowest<A>(), [&](int k) { return cast<A>(r[k]); },
+                        [](A u, A v) { return MaxOp::combine(u, v); });
+      const A s = fold4(A(0), [&](int k) { return fast_exp<A>(cast<A>(r[k]) - m); }, add);
+      const A inv = A(1) / s, ls = acc_log<A>(s);
+#pragma unroll 4
+      for (int k = 0; k < n; ++k) r[k] = cast<T>(softmax_out<MODE>(cast<A>(r[k]) - m, inv, ls));
+    }
+  }
+  __syncthreads();
+  const T* const t = reinterpret_cast<const T*>(tile_mem);
+  for (int q = threadIdx.x; q < packs; q += blockDim.x) {
+    T* const dst = out + base + (long long)q * V;
+    if (q * V + V <= count) {
+      __stwb(reinterpret_cast<int4*>(dst), tile_mem[q]);
+    } else {
+      for (int e = q * V; e < count; ++e) out[base + e] = t[e];
+    }
+  }
+}

@@ -267,13 +267,15 @@ def test_shifted_rows(dtype):
             want = ref(xv)
             got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
             assert close_everywhere(got, want, dtype), (n, mode)
-            assert bool(used & SHIFTED) == (n >= V), (n, mode, used)  # rows shorter than a pack: the element path
+            tiled = S.tiled_rows(n, dtype, 0, "auto", x)
+            assert bool(used & SHIFTED) == (n >= V and not tiled), (n, mode, used)  # shorter rows: the element path
             got, used = kernels_of(S.SOURCE, lambda: softmax_impl(skewed, -1, mode))
             assert close_everywhere(got, want, dtype) and not used & SHIFTED, (n, mode, "skewed", used)
             yc, yv = cupy_array(want, dtype), rounded(want, dtype)
             dy, dyv = make((rows, n), dtype)
             got, used = kernels_of(S.SOURCE, lambda: softmax_backward_impl(yc, dy, -1, mode))
-            assert close_everywhere(got, grad(yv, dyv), dtype, 2) and bool(used & SHIFTED) == (n >= V), (n, mode, used)
+            assert close_everywhere(got, grad(yv, dyv), dtype, 2), (n, mode)
+            assert bool(used & SHIFTED) == (n >= V and not tiled), (n, mode, used)
         x2 = x.copy()
         assert ck.softmax_(x2) is x2 and close_everywhere(x2, ref_softmax(xv), dtype), (n, "in place")
 
@@ -282,6 +284,76 @@ SHIFTED = {S._name(k, t, m, group=g, shift=True) for k in ("fwd", "bwd") for t i
            for g in (0,) + rw.SHORT_GROUPS} | {S._parts_name(m, t, k, S.SHIFTED_PARTS_PACKS, shift=True)
                                                 for k in ("fwd", "bwd") for t in ALL for m in ("softmax", "log_softmax")}
 SHIFTED &= set(S.SOURCE.names)  # the shifted instances softmax.py declares
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ALL)
+def test_rows_of_one(dtype):
+    """Rows of one element take the elementwise kernel: 1 / 0 where x is finite and NaN where it is not (as torch),
+    the backward's formulas with a one-term sum; odd counts, a base off a 16-byte boundary, in place."""
+    import cupy
+
+    one = {S._one_name(k, dtype, m) for k in ("fwd", "bwd") for m in S.MODES}
+    for rows in (1, 7, 4096 * rw.vec(dtype) + 3):
+        host = rng().standard_normal((rows, 1)) * 3
+        host[::5] = np.inf
+        host[1::7] = -np.inf
+        host[2::11] = np.nan
+        for skew in (0, 1):
+            flat = cupy.empty(rows + skew, dtype=cupy_array(host[:1], dtype).dtype)
+            x = flat[skew:].reshape(rows, 1)
+            x[...] = cupy_array(host, dtype)
+            xv = rounded(host, dtype)
+            for mode, ref, grad in (("softmax", ref_softmax, ref_softmax_grad),
+                                    ("log_softmax", ref_log_softmax, ref_log_softmax_grad)):
+                want = ref(xv)
+                got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
+                np.testing.assert_array_equal(to_f64(got), want)  # exactly 1 / 0 / NaN
+                assert used <= one and used, used
+                dy, dyv = make((rows, 1), dtype)
+                got = to_f64(softmax_backward_impl(cupy_array(want, dtype), dy, -1, mode))
+                assert close_everywhere(np.nan_to_num(got, nan=7.0), np.nan_to_num(grad(want, dyv), nan=7.0), dtype)
+            x2 = x.copy()
+            assert ck.softmax_(x2) is x2
+            np.testing.assert_array_equal(to_f64(x2), ref_softmax(xv))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ALL)
+def test_tiled_rows(dtype):
+    """Short rows that are not whole packs take softmax_tiled (a block's rows as one tile in shared memory): lengths
+    from 2 to past TILED's limit, fewer rows than a tile, several tiles and a last one in part; forward, backward,
+    in place, each element against float64; -inf, all -inf and NaN rows."""
+    V = rw.vec(dtype)
+    tiled = {S._tiled_name(k, dtype, m) for k in ("fwd", "bwd") for m in S.MODES}
+    top = S.TILED["max_n"]
+    for n in (2, 3, V - 1, V + 1, 33, 100, top - 1, top + 1):
+        if n < 2 or n % V == 0:
+            continue
+        for rows in (5, 1000, 20011):
+            host = rng().standard_normal((rows, n)) * 3
+            host[0, : n // 2 + 1] = -np.inf
+            host[1] = -np.inf
+            host[2, n // 3] = np.nan
+            x, xv = cupy_array(host, dtype), rounded(host, dtype)
+            for mode, ref, grad in (("softmax", ref_softmax, ref_softmax_grad),
+                                    ("log_softmax", ref_log_softmax, ref_log_softmax_grad)):
+                want = ref(xv)
+                got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
+                assert (used <= tiled) == (n <= top), (n, rows, mode, used)
+                got, fin = to_f64(got), np.isfinite(want)
+                assert (np.isnan(got) == np.isnan(want)).all() and (got[np.isinf(want)] == want[np.isinf(want)]).all()
+                assert close_everywhere(got[fin], want[fin], dtype), (n, rows, mode)
+                ok = slice(3, None)  # the backward from rows of finite y
+                yc, yv = cupy_array(want[ok], dtype), rounded(want[ok], dtype)
+                dy, dyv = make(yv.shape, dtype)
+                got, used = kernels_of(S.SOURCE, lambda: softmax_backward_impl(yc, dy, -1, mode))
+                assert close_everywhere(got, grad(yv, dyv), dtype, 2), (n, rows, mode)
+                assert (used <= tiled) == (n <= top), (n, rows, mode, used)
+            x2 = x.copy()
+            assert ck.softmax_(x2) is x2
+            got = to_f64(x2)
+            assert (np.isnan(got) == np.isnan(ref_softmax(xv))).all(), (n, rows, "in place")
 
 
 @gpu

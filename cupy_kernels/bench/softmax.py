@@ -7,8 +7,10 @@ from . import Group, suite, switched
 SHAPES = [((65536, 128), "float32"), ((32768, 1024), "float16"), ((4096, 4096), "float32"),
           ((8192, 8192), "bfloat16"), ((1024, 32768), "bfloat16"), ((256, 262144), "float32")]
 # Rows that are not whole 16-byte packs (shifted rows, docs/softmax.md): a short row, a vocabulary-sized one, a
-# float32 sub-warp one. The softmax suite only; not the shapes.
-ODD_SHAPES = [((167772, 100), "bfloat16"), ((1024, 50257), "bfloat16"), ((508400, 33), "float32")]
+# float32 sub-warp one; and rows of one element (the elementwise kernel; its scalar-loads row is the row kernel).
+# The softmax suite only; not the shapes.
+ODD_SHAPES = [((167772, 100), "bfloat16"), ((1024, 50257), "bfloat16"), ((508400, 33), "float32"),
+              ((1 << 24, 1), "bfloat16")]
 
 
 def tensors(shape, dtype, count):
@@ -51,9 +53,10 @@ def softmax_suite(quick: bool):
         scalar = (lambda f: {"ladder: scalar loads": f}) if odd else (lambda f: {})  # noqa: E731
         impls = {"cupy_kernels": lambda: softmax_impl(xc, -1, "softmax"),
                  "cupy_kernels softmax_ (in place)": lambda: ck.softmax_(sc),
-                 "ladder: one block per row": lambda: softmax_impl(xc, -1, "softmax", "block"),
                  "ladder: scalar loads": lambda: softmax_impl(xc, -1, "softmax", "scalar"),
                  "torch.softmax": lambda: torch.softmax(x, -1), **floor(s, x)}
+        if shape[-1] > 1:  # (a block for each of 2^24 rows of one: milliseconds that say nothing)
+            impls["ladder: one block per row"] = lambda: softmax_impl(xc, -1, "softmax", "block")
         if shape[-1] == 32768:  # one 1024-thread block a row: the next rows staged in shared memory by default
             impls["ladder: unstaged (no next row in shared memory)"] = switched(
                 S.STAGE_FWD, {"on": False}, lambda: softmax_impl(xc, -1, "softmax"))

@@ -45,6 +45,36 @@ WIDE_BWD = {"on": True}
 WIDE_BWD_MAX = 32768
 
 
+# Rows of one element take an elementwise kernel (softmax_rows_of_one): the row kernels spent a group's per-row
+# instructions on each element (H100, 2^24 rows: 215-270 us against torch's 43-57, the floor 21-42).
+ONE_THREADS, ONE_BLOCKS_PER_SM = 256, 8
+
+
+def _one_name(kind: str, dtype: str, mode: str) -> str:
+    return f"softmax_rows_of_one<{CTYPES[dtype]}, {MODES[mode]}, {'true' if kind == 'bwd' else 'false'}>"
+
+
+# Short rows that are not whole packs take the tiled kernels (softmax_tiled: a block's rows as one tile of 16-byte
+# packs in shared memory, a thread a row) up to max_n elements; "aligned" sends whole-pack rows there too (a probe).
+TILED = {"on": True, "max_n": 128, "aligned": False}
+TILE_BYTES = 32 * 1024  # shared memory a block's tiles aim at (7 blocks an SM)
+TILE_ROWS_PER_THREAD = 16  # at most: rows of 2 float32 fill 16 KB
+
+
+def _tiled_name(kind: str, dtype: str, mode: str) -> str:
+    return f"softmax_tiled<{CTYPES[dtype]}, {MODES[mode]}, {'true' if kind == 'bwd' else 'false'}>"
+
+
+def tiled_geometry(n: int, dtype: str, tensors: int) -> tuple[int, int]:
+    """(threads, rows a thread) of a tiled block: 256 threads (down to 32 for long rows) and as many rows each, up to
+    TILE_ROWS_PER_THREAD, as fit TILE_BYTES."""
+    row_bytes = tensors * n * rw.ITEMSIZE[dtype]
+    threads = 256
+    while threads > 32 and threads * row_bytes > TILE_BYTES:
+        threads //= 2
+    return threads, max(1, min(TILE_ROWS_PER_THREAD, TILE_BYTES // (threads * row_bytes)))
+
+
 # Packs a thread of the pipelined forward on shifted rows: at 8 (rw.PARTS_PACKS) the half instances spilled 32-74 bytes.
 SHIFTED_PARTS_PACKS = 4
 
@@ -86,7 +116,9 @@ SOURCE.declare([_name(k, t, m, shift=sh) for k in ("fwd", "bwd") for t in FLOAT_
                + [_parts_name(m, t, "fwd", k) for t in rw.STAGE_FWD_DTYPES for m in MODES for k in (4, 8)]
                + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES] + [rw.ZERO_WORDS]
                + [_parts_name(m, t, k, SHIFTED_PARTS_PACKS, shift=True) for k in ("fwd", "bwd")
-                  for t in rw.STAGE_FWD_DTYPES for m in MODES])
+                  for t in rw.STAGE_FWD_DTYPES for m in MODES]
+               + [f(k, t, m) for f in (_one_name, _tiled_name) for k in ("fwd", "bwd") for t in FLOAT_DTYPES
+                  for m in MODES])
 
 
 def _detach(x):
@@ -119,7 +151,33 @@ def staged_bwd(p, dtype: str, al: int, rows: int, n: int, sm_count: int) -> bool
     return not (full and rows >= STAGE_BWD_FULL_STEPS * 2 * sm_count)
 
 
+def _launch_rows_of_one(kind, mode, dtype, srcs, out, rows):
+    al = rw.pointers_aligned(*srcs, out)
+    work = rows // rw.vec(dtype) if al else rows
+    grid = max(1, min(-(-work // ONE_THREADS), ONE_BLOCKS_PER_SM * current().sm_count))
+    a, g = srcs if kind == "bwd" else (srcs[0], srcs[0])
+    SOURCE.kernel(_one_name(kind, dtype, mode))((grid,), (ONE_THREADS,), (a, g, out, np.int64(rows), np.int32(al)))
+
+
+def tiled_rows(n: int, dtype: str, al: int, variant: str, *arrays) -> bool:
+    """Whether rows of n elements take softmax_tiled (TILED; every array 16-byte aligned)."""
+    return (variant == "auto" and TILED["on"] and 1 < n <= TILED["max_n"] and (TILED["aligned"] or not al)
+            and rw.pointers_aligned(*arrays))
+
+
+def _launch_tiled(kind, mode, dtype, srcs, out, rows, n):
+    threads, k = tiled_geometry(n, dtype, len(srcs))
+    smem = len(srcs) * -(-k * threads * n // rw.vec(dtype)) * 16
+    a, g = srcs if kind == "bwd" else (srcs[0], srcs[0])
+    SOURCE.kernel(_tiled_name(kind, dtype, mode), smem)(
+        (-(-rows // (k * threads)),), (threads,), (a, g, out, np.int64(rows), np.int32(n), np.int32(k)), shared_mem=smem)
+
+
 def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
+    if n == 1 and variant == "auto":
+        return _launch_rows_of_one(kind, mode, dtype, srcs, out, rows)
+    if tiled_rows(n, dtype, rw.aligned(n, dtype, *srcs, out), variant, *srcs, out):
+        return _launch_tiled(kind, mode, dtype, srcs, out, rows, n)
     long_rows = "exchange" if variant == "counter" else variant if variant in ("split", "exchange") else None
     args = dict(force=variant if variant == "block" else None, long_rows=long_rows)
     al = 0 if variant == "scalar" else rw.aligned(n, dtype, *srcs, out)

@@ -1,0 +1,50 @@
+"""Device probe (issue 4, session 26): softmax / log_softmax forward and backward on short rows, the tiled kernels
+(softmax_tiled: a block's rows as one tile in shared memory) against the shifted / sub-warp row kernels (TILED off)
+and torch, about 2^24 elements a case; and rows of one element (softmax_rows_of_one) against the row kernels
+(variant "scalar") and torch. `--aligned` also tiles whole-pack rows (TILED["aligned"]). us; ratio = torch / ours."""
+import argparse
+
+import torch
+
+from cupy_kernels._runtime import to_cupy
+from cupy_kernels.bench import switched
+from cupy_kernels.bench.timing import Timer
+from cupy_kernels.ops import softmax as S
+from cupy_kernels.ops.softmax import softmax_backward_impl, softmax_impl
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--widths", default="2,3,5,7,9,15,17,33,63,65,100,127,128")
+ap.add_argument("--dtypes", default="float32,bfloat16")
+ap.add_argument("--aligned", action="store_true")
+args = ap.parse_args()
+
+timer = Timer()
+time_us = lambda fn: timer(fn, warmup=2, min_reps=8, max_reps=15, budget_ms=60) * 1e3  # noqa: E731
+print(f"{torch.cuda.get_device_name()}; us: tiled, row kernels (TILED off), torch, floor", flush=True)
+S.TILED["max_n"] = 1 << 20  # every width below tiled when on (no smem limit checked beyond TILE_BYTES' rows)
+S.TILED["aligned"] = args.aligned
+for dtype in args.dtypes.split(","):
+    for n in [1] + [int(w) for w in args.widths.split(",")]:
+        rows = (1 << 24) // n
+        t = getattr(torch, dtype)
+        x, dy = (torch.randn(rows, n, device="cuda").to(t) for _ in range(2))
+        out = torch.empty_like(x)
+        y, ly = torch.softmax(x, -1), torch.log_softmax(x, -1)
+        xc, dyc, yc, lyc = map(to_cupy, (x, dy, y, ly))
+        cases = [("softmax", lambda v: softmax_impl(xc, -1, "softmax", v), lambda: torch.softmax(x, -1),
+                  lambda: out.copy_(x)),
+                 ("log_softmax", lambda v: softmax_impl(xc, -1, "log_softmax", v), lambda: torch.log_softmax(x, -1),
+                  lambda: out.copy_(x)),
+                 ("softmax bwd", lambda v: softmax_backward_impl(yc, dyc, -1, "softmax", v),
+                  lambda: torch._softmax_backward_data(dy, y, -1, y.dtype), lambda: torch.add(x, dy, out=out)),
+                 ("log_softmax bwd", lambda v: softmax_backward_impl(lyc, dyc, -1, "log_softmax", v),
+                  lambda: torch._log_softmax_backward_data(dy, ly, -1, ly.dtype), lambda: torch.add(x, dy, out=out))]
+        for name, ours, ref, floor in cases:
+            a = time_us(lambda: ours("auto"))
+            b = time_us(lambda: ours("scalar")) if n == 1 else time_us(switched(S.TILED, {"on": False},
+                                                                                 lambda: ours("auto")))
+            r, f = time_us(ref), time_us(floor)
+            print(f"{name:16s} {dtype:9s} {rows:>8d}x{n:<4d} {a:8.1f} {b:8.1f} {r:8.1f} {f:8.1f}  ratio {r / a:5.2f}"
+                  f"  floor {f / a * 100:5.1f}%{'  <- torch faster' if r < a else ''}", flush=True)
+        del x, dy, out, y, ly, xc, dyc, yc, lyc
+        torch.cuda.empty_cache()
