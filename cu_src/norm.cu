@@ -235,6 +235,47 @@ norm_fwd(
   }
 }
 
+// Short rows through shared-memory tiles (tile_in / tile_out, rows.cuh; as softmax_tiled): thread t normalises rows
+// t, t + blockDim.x, ... of its block's tile alone, with exact two-pass statistics from shared memory (mean, then the
+// sum of squares around it; rms: around 0), w / b read by column (a warp's threads at one column: a broadcast).
+// Launch: 1-D grid of ceil(rows / (rows_per_thread * blockDim.x)) blocks of <= 256 threads (a multiple of 32),
+// dynamic shared memory of one tile (ceil(tile rows * n / V) 16-byte slots), x and y 16-byte aligned; any n >= 1;
+// w / b / mean_out / rstd_out may be null. y may be x.
+template <typename T, int MODE>
+__global__ void __launch_bounds__(256) norm_fwd_tiled(const T* x, T* y, const T* __restrict__ w,
+                                                      const T* __restrict__ b,
+                                                      typename AccOf<T>::type* __restrict__ mean_out,
+                                                      typename AccOf<T>::type* __restrict__ rstd_out, long long rows,
+                                                      int n, int rows_per_thread, typename AccOf<T>::type eps,
+                                                      typename AccOf<T>::type inv_n) {
+  typedef typename AccOf<T>::type A;
+  extern __shared__ int4 tile_mem[];
+  const int tile_rows = rows_per_thread * blockDim.x;
+  const long long row0 = (long long)blockIdx.x * tile_rows, base = row0 * n;
+  const int nrows = (int)min((long long)tile_rows, rows - row0), count = nrows * n;
+  tile_in<T>(tile_mem, x, base, count);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  for (int i = threadIdx.x; i < nrows; i += blockDim.x) {
+    T* const r = reinterpret_cast<T*>(tile_mem) + i * n;
+    const A mean = MODE == LAYER ? fold4(n, A(0), [&](int k) { return cast<A>(r[k]); }, AddOp()) * inv_n : A(0);
+    const A m2 = fold4(n, A(0), [&](int k) { const A d = cast<A>(r[k]) - mean; return d * d; }, AddOp());
+    const A rstd = acc_rsqrt<A>(m2 * inv_n + eps);
+    if (mean_out) mean_out[row0 + i] = mean;
+    if (rstd_out) rstd_out[row0 + i] = rstd;
+#pragma unroll 4
+    for (int k = 0; k < n; ++k) {
+      A o = (cast<A>(r[k]) - mean) * rstd;
+      if (w) o *= cast<A>(w[k]);
+      if (MODE == LAYER && b) o += cast<A>(b[k]);
+      r[k] = cast<T>(o);
+    }
+  }
+  __syncthreads();
+  tile_out<T>(y, tile_mem, base, count);
+}
+
 // The sum of f(element) over this thread's elements of a pipelined_parts set (one input).
 template <typename T, int MAXP, typename F>
 __device__ __forceinline__ float own_sum(const typename Vec16<T>::type* set, const RowLayout<T>& L, F f) {

@@ -421,50 +421,27 @@ __global__ void __launch_bounds__(256) softmax_tiled(const T* a, const T* g, T* 
   const int tile_rows = rows_per_thread * blockDim.x;
   const long long row0 = (long long)blockIdx.x * tile_rows, base = row0 * n;
   const int nrows = (int)min((long long)tile_rows, rows - row0), count = nrows * n;
-  const int packs = (count + V - 1) / V, slots = (tile_rows * n + V - 1) / V;
-  for (int q = threadIdx.x; q < packs; q += blockDim.x) {
-    const int bytes = min(V, count - q * V) * (int)sizeof(T);
-    cp_async16_part(tile_mem + q, a + base + (long long)q * V, bytes);
-    if (BWD) cp_async16_part(tile_mem + slots + q, g + base + (long long)q * V, bytes);
-  }
+  const int slots = (tile_rows * n + V - 1) / V;  // the second tile's offset
+  tile_in<T>(tile_mem, a, base, count);
+  if (BWD) tile_in<T>(tile_mem + slots, g, base, count);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
   for (int i = threadIdx.x; i < nrows; i += blockDim.x) {
     T* const r = reinterpret_cast<T*>(tile_mem) + i * n;
     const T* const rg = reinterpret_cast<const T*>(tile_mem + slots) + i * n;
-    // f(k) over the row into four partial results (k mod 4), combined by op: independent chains
-    auto fold4 = [&](A init, auto f, auto op) {
-      A p[4] = {init, init, init, init};
-      int k = 0;
-      for (; k + 4 <= n; k += 4)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) p[j] = op(p[j], f(k + j));
-      for (; k < n; ++k) p[0] = op(p[0], f(k));
-      return op(op(p[0], p[1]), op(p[2], p[3]));
-    };
-    auto add = [](A u, A v) { return u + v; };
     if (BWD) {
-      const A c = fold4(A(0), [&](int k) { return softmax_grad_term<MODE>(cast<A>(r[k]), cast<A>(rg[k])); }, add);
+      const A c = fold4(n, A(0), [&](int k) { return softmax_grad_term<MODE>(cast<A>(r[k]), cast<A>(rg[k])); }, AddOp());
 #pragma unroll 4
       for (int k = 0; k < n; ++k) r[k] = cast<T>(softmax_grad<MODE>(cast<A>(r[k]), cast<A>(rg[k]), c));
     } else {
-      const A m = fold4(lowest<A>(), [&](int k) { return cast<A>(r[k]); },
-                        [](A u, A v) { return MaxOp::combine(u, v); });
-      const A s = fold4(A(0), [&](int k) { return fast_exp<A>(cast<A>(r[k]) - m); }, add);
+      const A m = fold4(n, lowest<A>(), [&](int k) { return cast<A>(r[k]); }, MaxNaNOp());
+      const A s = fold4(n, A(0), [&](int k) { return fast_exp<A>(cast<A>(r[k]) - m); }, AddOp());
       const A inv = A(1) / s, ls = acc_log<A>(s);
 #pragma unroll 4
       for (int k = 0; k < n; ++k) r[k] = cast<T>(softmax_out<MODE>(cast<A>(r[k]) - m, inv, ls));
     }
   }
   __syncthreads();
-  const T* const t = reinterpret_cast<const T*>(tile_mem);
-  for (int q = threadIdx.x; q < packs; q += blockDim.x) {
-    T* const dst = out + base + (long long)q * V;
-    if (q * V + V <= count) {
-      __stwb(reinterpret_cast<int4*>(dst), tile_mem[q]);
-    } else {
-      for (int e = q * V; e < count; ++e) out[base + e] = t[e];
-    }
-  }
+  tile_out<T>(out, tile_mem, base, count);
 }

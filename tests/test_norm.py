@@ -310,7 +310,9 @@ def test_shifted_rows(mode, dtype):
             assert close_everywhere(y, want, dtype) and rel_err(rstd, want_rstd[:, 0]) <= 1e-5, what
             if mode == "layer_norm":
                 assert rel_err(mean, xv.mean(-1)) <= 1e-5, what
-            assert bool(used & SHIFTED_FWD) == (n >= V and one_block), what + (used,)
+            tiled = N.tiled_fwd(n, 0, "auto", x, x)
+            assert bool(used & SHIFTED_FWD) == (n >= V and one_block and not tiled), what + (used,)
+            assert bool(used & TILED_FWD) == tiled, what + (used,)
             (y, _, _), used = kernels_of(N.SOURCE, lambda: norm_forward_impl(skewed, w, b, 1e-5, mode))
             assert close_everywhere(y, want, dtype) and not used & SHIFTED_FWD, what + ("skewed", used)
             x2 = x.copy()
@@ -342,7 +344,48 @@ SHIFTED_FWD = {N._fwd(t, m, group=g, shift=True) for t in ALL for m in N.MODES f
 SHIFTED_BWD = {N._bwd(t, m, f, st, packs=1, group=g, shift=True) for t in ALL for m in N.MODES for f in (0, 1)
                for st, g in ((True, 0),) + tuple((False, g) for g in (0,) + rw.SHORT_GROUPS)}
 SHIFTED_FWD &= set(N.SOURCE.names)  # the shifted instances norm.py declares
+TILED_FWD = {N._fwd_tiled(t, m) for t in ALL for m in N.MODES}
 SHIFTED_BWD &= set(N.SOURCE.names)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
+def test_tiled_forward(mode, dtype):
+    """Short rows that are not whole packs take norm_fwd_tiled (a block's rows as one tile in shared memory): lengths
+    from 1 past TILED_FWD's limit, fewer rows than a tile and several, with and without the affine, a weight off a
+    16-byte boundary (read by element: still tiled), in place, the statistics; a NaN row stays NaN."""
+    import cupy
+
+    V, top = rw.vec(dtype), N.TILED_FWD["max_n"]
+    for n in (1, 2, 3, V - 1, V + 1, 33, 100, top - 1, top + 1):
+        if n < 1 or n % V == 0:
+            continue
+        for rows in (5, 20011):
+            x, xv = make((rows, n), dtype, 2.0, 0.5)
+            x[3, n // 2] = np.nan
+            xv[3, n // 2] = np.nan
+            for with_affine in (True, False):
+                w, b, wv, bv = affine(n, dtype, mode, with_affine, with_affine)
+                if with_affine:  # one element past a boundary
+                    ws = cupy.empty(n + 1, dtype=x.dtype)[1:]
+                    ws[...] = w
+                    w = ws
+                with np.errstate(invalid="ignore"):
+                    want, _, want_rstd = ref_forward(xv, wv, bv, 1e-5, mode)
+                what = (n, rows, with_affine)
+                (y, mean, rstd), used = kernels_of(N.SOURCE, lambda: norm_forward_impl(x, w, b, 1e-5, mode))
+                assert bool(used & TILED_FWD) == (n <= top) and (n > top or used <= TILED_FWD), what + (used,)
+                y, ok = to_f64(y), ~np.isnan(want)
+                assert np.isnan(y[3]).all() and (np.isnan(y) == ~ok).all(), what
+                assert close_everywhere(y[ok], want[ok], dtype), what
+                ok_rows = np.arange(rows) != 3
+                assert rel_err(to_f64(rstd)[ok_rows], want_rstd[ok_rows, 0]) <= 1e-5, what
+                if mode == "layer_norm":
+                    assert rel_err(to_f64(mean)[ok_rows], xv[ok_rows].mean(-1)) <= 1e-5, what
+                x2 = x.copy()
+                assert norm_forward_impl(x2, w, b, 1e-5, mode, inplace=True)[0] is x2
+                assert close_everywhere(to_f64(x2)[ok], want[ok], dtype), what + ("in place",)
 
 
 @gpu

@@ -317,6 +317,23 @@ def occupancy(kernel, name: str, smem: int = 0):
     return per_sm
 
 
+# Tiled rows (rows.cuh tile_in / tile_out: softmax_tiled, norm_fwd_tiled): shared memory a block's tiles aim at (7
+# blocks an SM) and the most rows a thread takes (rows of 2 float32 then fill 16 KB).
+TILE_BYTES = 32 * 1024
+TILE_ROWS_PER_THREAD = 16
+
+
+def tiled_plan(rows: int, n: int, dtype: str, tensors: int) -> tuple[int, int, int, int]:
+    """(grid, threads, rows a thread, dynamic shared memory) of a tiled launch: 256 threads (down to 32 for long rows)
+    and as many rows each, up to TILE_ROWS_PER_THREAD, as keep `tensors` tiles within TILE_BYTES."""
+    row_bytes = tensors * n * ITEMSIZE[dtype]
+    threads = 256
+    while threads > 32 and threads * row_bytes > TILE_BYTES:
+        threads //= 2
+    k = max(1, min(TILE_ROWS_PER_THREAD, TILE_BYTES // (threads * row_bytes)))
+    return ceil_div(rows, k * threads), threads, k, tensors * ceil_div(k * threads * n, vec(dtype)) * 16
+
+
 def pointers_aligned(*arrays) -> bool:
     """Every array (None: absent) starts on a 16-byte boundary."""
     return all(a is None or a.data.ptr % 16 == 0 for a in arrays)

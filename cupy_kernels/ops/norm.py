@@ -72,6 +72,9 @@ def bwd_min_blocks(dtype: str, packs: int = 1) -> int:
 
 
 STAGE_FWD = {"on": True}  # rows of >= 512-thread blocks staged in shared memory (rw.stage_fwd); a probe switch
+# Short forward rows that are not whole packs (1 <= n <= max_n) through shared-memory tiles (norm_fwd_tiled, as
+# softmax's TILED); a probe switch.
+TILED_FWD = {"on": True, "max_n": 128}
 FULL_PARTS = {"on": True}  # norm_fwd_parts' FULL instances where every part is whole (rw.full_parts); a probe switch
 STAGE_BWD = {"on": True}  # half-type rows of 1024-thread backward blocks staged likewise; a probe switch
 # float32 sub-warp forward rows of 8-thread groups (65..128 elements) staged too: H100, same process
@@ -83,6 +86,10 @@ STAGE_SHORT_FWD = {"on": True, "groups": (8,), "dtypes": ("float32",)}
 def _fwd(dtype, mode, stage=0, group=0, full=False, shift=False):
     tail = f", {group}, false, true" if shift else rw.group_token(group, full)
     return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {rw.stage_token(stage)}{tail}>"
+
+
+def _fwd_tiled(dtype, mode):
+    return f"norm_fwd_tiled<{CTYPES[dtype]}, {MODES[mode]}>"
 
 
 def _parts(dtype, mode, full=False):
@@ -286,6 +293,7 @@ SHIFTED_BWD_DTYPES = ("float16", "bfloat16")
 
 
 SOURCE.declare([_fwd(t, m, shift=sh) for t in FLOAT_DTYPES for m in MODES for sh in (False, True)]
+               + [_fwd_tiled(t, m) for t in FLOAT_DTYPES for m in MODES]
                + [_fwd(t, m, group=g, shift=True) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
                + [_fwd(t, m, True) for t in rw.STAGE_FWD_DTYPES for m in MODES]
                + [_fwd(t, m, group=g) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
@@ -390,7 +398,9 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                         long_rows="exchange" if variant == "counter" else
                         variant if variant in ("split", "exchange") else None)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
-            if not _forward_shifted(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant):
+            if _forward_tiled(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant):
+                pass
+            elif not _forward_shifted(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant):
                 _forward(call, x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant, args)
         elif rows and rstd is not None:  # n == 0: mean of nothing, like torch
             rstd.fill(np.nan)
@@ -399,6 +409,25 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
         res = (x if inplace else call.result(y), None if mean is None else call.result(mean),
                None if rstd is None else call.result(rstd))
         return res
+
+
+def tiled_fwd(n: int, al: int, variant: str, x2, y2) -> bool:
+    """Whether the forward takes norm_fwd_tiled: rows of at most TILED_FWD's max_n that are not whole packs, x and y
+    16-byte aligned (w and b are read by element)."""
+    return (variant == "auto" and TILED_FWD["on"] and n <= TILED_FWD["max_n"] and not al
+            and rw.pointers_aligned(x2, y2))
+
+
+def _forward_tiled(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant) -> bool:
+    """The forward on short rows through shared-memory tiles where it applies (tiled_fwd). Whether it launched."""
+    if not tiled_fwd(n, al, variant, x2, y2):
+        return False
+    grid, threads, k, smem = rw.tiled_plan(rows, n, dtype, 1)
+    acc = rw.ACC_SCALAR[rw.ACC[dtype]]
+    SOURCE.kernel(_fwd_tiled(dtype, mode), smem)(
+        (grid,), (threads,), (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int32(n),
+                              np.int32(k), acc(eps), acc(1.0 / n)), shared_mem=smem)
+    return True
 
 
 def _forward_shifted(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant) -> bool:

@@ -57,22 +57,10 @@ def _one_name(kind: str, dtype: str, mode: str) -> str:
 # Short rows that are not whole packs take the tiled kernels (softmax_tiled: a block's rows as one tile of 16-byte
 # packs in shared memory, a thread a row) up to max_n elements; "aligned" sends whole-pack rows there too (a probe).
 TILED = {"on": True, "max_n": 128, "aligned": False}
-TILE_BYTES = 32 * 1024  # shared memory a block's tiles aim at (7 blocks an SM)
-TILE_ROWS_PER_THREAD = 16  # at most: rows of 2 float32 fill 16 KB
 
 
 def _tiled_name(kind: str, dtype: str, mode: str) -> str:
     return f"softmax_tiled<{CTYPES[dtype]}, {MODES[mode]}, {'true' if kind == 'bwd' else 'false'}>"
-
-
-def tiled_geometry(n: int, dtype: str, tensors: int) -> tuple[int, int]:
-    """(threads, rows a thread) of a tiled block: 256 threads (down to 32 for long rows) and as many rows each, up to
-    TILE_ROWS_PER_THREAD, as fit TILE_BYTES."""
-    row_bytes = tensors * n * rw.ITEMSIZE[dtype]
-    threads = 256
-    while threads > 32 and threads * row_bytes > TILE_BYTES:
-        threads //= 2
-    return threads, max(1, min(TILE_ROWS_PER_THREAD, TILE_BYTES // (threads * row_bytes)))
 
 
 # Packs a thread of the pipelined forward on shifted rows: at 8 (rw.PARTS_PACKS) the half instances spilled 32-74 bytes.
@@ -166,11 +154,10 @@ def tiled_rows(n: int, dtype: str, al: int, variant: str, *arrays) -> bool:
 
 
 def _launch_tiled(kind, mode, dtype, srcs, out, rows, n):
-    threads, k = tiled_geometry(n, dtype, len(srcs))
-    smem = len(srcs) * -(-k * threads * n // rw.vec(dtype)) * 16
+    grid, threads, k, smem = rw.tiled_plan(rows, n, dtype, len(srcs))
     a, g = srcs if kind == "bwd" else (srcs[0], srcs[0])
     SOURCE.kernel(_tiled_name(kind, dtype, mode), smem)(
-        (-(-rows // (k * threads)),), (threads,), (a, g, out, np.int64(rows), np.int32(n), np.int32(k)), shared_mem=smem)
+        (grid,), (threads,), (a, g, out, np.int64(rows), np.int32(n), np.int32(k)), shared_mem=smem)
 
 
 def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
