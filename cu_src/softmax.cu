@@ -404,21 +404,23 @@ __global__ void __launch_bounds__(256) softmax_rows_of_one(const T* a, const T* 
     out[i] = cast<T>(one(cast<A>(a[i]), cast<A>(BWD ? g[i] : a[i])));
 }
 
-// Short rows through shared memory ("tiled rows"): a block's ROWS = rows_per_thread * blockDim.x consecutive rows are
-// one contiguous tile of ROWS * n elements, 16-byte aligned when the matrix is (ROWS a multiple of 32), so it moves
-// in (cp.async) and out (16-byte stores) as whole packs, whatever n is: no per-row end packs to mask or hand over, as
-// the shifted sub-warp rows have. Thread t then takes rows t, t + blockDim.x, ... alone, element by element, in shared
-// memory (odd n: conflict-free, one row a bank), four running maxima / sums a row for the latency of long rows.
+// Short rows through shared memory ("tiled rows"): a block's ROWS = rows_per_thread * blockDim.x / GL consecutive rows
+// are one contiguous tile of ROWS * n elements, 16-byte aligned when the matrix is (ROWS a multiple of 32), so it moves
+// in (tile_in: cp.async) and out (tile_out: 16-byte stores) as whole packs, whatever n is: no per-row end packs to
+// mask or hand over, as the shifted sub-warp rows have. GL threads then take a row in shared memory, element by
+// element: lane j its span from lane_start (odd n: conflict-free banks), four running maxima / sums a span, the
+// lanes' results combined by shuffles; a row's GL lanes are adjacent. GL 1 for short rows, more for long ones (a
+// thread's chain of ~n steps and few rows an SM made one thread a row latency-bound there).
 // Forward (BWD false): a is x, out y; backward: a is y, g dy, out dx; the result overwrites a's tile before the store.
-// Launch: 1-D grid of ceil(rows / ROWS) blocks of <= 256 threads (a multiple of 32), dynamic shared memory of
-// (BWD ? 2 : 1) tiles of ceil(ROWS * n / V) 16-byte slots; every pointer 16-byte aligned. y may be x, dx may be dy.
-template <typename T, int MODE, bool BWD>
-__global__ void __launch_bounds__(256) softmax_tiled(const T* a, const T* g, T* out, long long rows, int n,
-                                                     int rows_per_thread) {
+// Launch: 1-D grid of ceil(rows / ROWS) blocks of <= 256 * GL threads (a multiple of 32 * GL), dynamic shared memory
+// of (BWD ? 2 : 1) tiles of ceil(ROWS * n / V) 16-byte slots; every pointer 16-byte aligned. y may be x, dx may be dy.
+template <typename T, int MODE, bool BWD, int GL = 1>
+__global__ void __launch_bounds__(256 * GL) softmax_tiled(const T* a, const T* g, T* out, long long rows, int n,
+                                                          int rows_per_thread) {
   typedef typename AccOf<T>::type A;
   constexpr int V = Vec16<T>::N;
   extern __shared__ int4 tile_mem[];
-  const int tile_rows = rows_per_thread * blockDim.x;
+  const int row_step = blockDim.x / GL, tile_rows = rows_per_thread * row_step;
   const long long row0 = (long long)blockIdx.x * tile_rows, base = row0 * n;
   const int nrows = (int)min((long long)tile_rows, rows - row0), count = nrows * n;
   const int slots = (tile_rows * n + V - 1) / V;  // the second tile's offset
@@ -427,19 +429,28 @@ __global__ void __launch_bounds__(256) softmax_tiled(const T* a, const T* g, T* 
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
-  for (int i = threadIdx.x; i < nrows; i += blockDim.x) {
-    T* const r = reinterpret_cast<T*>(tile_mem) + i * n;
-    const T* const rg = reinterpret_cast<const T*>(tile_mem + slots) + i * n;
+  const int lane = threadIdx.x % GL, lo = lane_start<T, GL>(n, lane), len = lane_start<T, GL>(n, lane + 1) - lo;
+  const unsigned mask = group_mask(GL);
+  auto across = [&](A v, auto op) {  // op over the row's GL lanes
+#pragma unroll
+    for (int o = 1; o < GL; o *= 2) v = op(v, __shfl_xor_sync(mask, v, o));
+    return v;
+  };
+  for (int i = threadIdx.x / GL; i < nrows; i += row_step) {
+    T* const r = reinterpret_cast<T*>(tile_mem) + i * n + lo;
+    const T* const rg = reinterpret_cast<const T*>(tile_mem + slots) + i * n + lo;
     if (BWD) {
-      const A c = fold4(n, A(0), [&](int k) { return softmax_grad_term<MODE>(cast<A>(r[k]), cast<A>(rg[k])); }, AddOp());
+      const A c = across(
+          fold4(len, A(0), [&](int k) { return softmax_grad_term<MODE>(cast<A>(r[k]), cast<A>(rg[k])); }, AddOp()),
+          AddOp());
 #pragma unroll 4
-      for (int k = 0; k < n; ++k) r[k] = cast<T>(softmax_grad<MODE>(cast<A>(r[k]), cast<A>(rg[k]), c));
+      for (int k = 0; k < len; ++k) r[k] = cast<T>(softmax_grad<MODE>(cast<A>(r[k]), cast<A>(rg[k]), c));
     } else {
-      const A m = fold4(n, lowest<A>(), [&](int k) { return cast<A>(r[k]); }, MaxNaNOp());
-      const A s = fold4(n, A(0), [&](int k) { return fast_exp<A>(cast<A>(r[k]) - m); }, AddOp());
+      const A m = across(fold4(len, lowest<A>(), [&](int k) { return cast<A>(r[k]); }, MaxNaNOp()), MaxNaNOp());
+      const A s = across(fold4(len, A(0), [&](int k) { return fast_exp<A>(cast<A>(r[k]) - m); }, AddOp()), AddOp());
       const A inv = A(1) / s, ls = acc_log<A>(s);
 #pragma unroll 4
-      for (int k = 0; k < n; ++k) r[k] = cast<T>(softmax_out<MODE>(cast<A>(r[k]) - m, inv, ls));
+      for (int k = 0; k < len; ++k) r[k] = cast<T>(softmax_out<MODE>(cast<A>(r[k]) - m, inv, ls));
     }
   }
   __syncthreads();

@@ -1,8 +1,9 @@
 """Device probe (issue 4, session 26): softmax / log_softmax forward and backward on short rows, the tiled kernels
 (softmax_tiled: a block's rows as one tile in shared memory) against the shifted / sub-warp row kernels (TILED off)
 and torch, about 2^24 elements a case; and rows of one element (softmax_rows_of_one) against the row kernels
-(variant "scalar") and torch. `--aligned` also tiles whole-pack rows (TILED["aligned"]). `--norm`: layer_norm /
-rms_norm forward instead (norm_fwd_tiled against TILED_FWD off). us; ratio = torch / ours."""
+(variant "scalar") and torch. `--aligned` also tiles whole-pack rows (TILED["aligned"]); `--lanes L`: L threads a
+float32 row at every width. `--norm`: layer_norm / rms_norm forward instead (norm_fwd_tiled against TILED_FWD off). us;
+ratio = torch / ours."""
 import argparse
 
 import torch
@@ -20,6 +21,8 @@ ap.add_argument("--widths", default="2,3,5,7,9,15,17,33,63,65,100,127,128")
 ap.add_argument("--dtypes", default="float32,bfloat16")
 ap.add_argument("--aligned", action="store_true")
 ap.add_argument("--norm", action="store_true")
+ap.add_argument("--lanes", type=int, default=0,
+                help="softmax: this many threads a float32 row at every width (0: automatic)")
 args = ap.parse_args()
 
 timer = Timer()
@@ -27,6 +30,8 @@ time_us = lambda fn: timer(fn, warmup=2, min_reps=8, max_reps=15, budget_ms=60) 
 print(f"{torch.cuda.get_device_name()}; us: tiled, row kernels (TILED off), torch, floor", flush=True)
 S.TILED["max_n"] = 1 << 20  # every width below tiled when on (no smem limit checked beyond TILE_BYTES' rows)
 S.TILED["aligned"] = args.aligned
+if args.lanes:
+    S.TILED["lanes"] = args.lanes
 N.TILED_FWD["max_n"] = 1 << 20
 for dtype in args.dtypes.split(","):
     for n in [1] + [int(w) for w in args.widths.split(",")]:

@@ -797,6 +797,20 @@ __device__ __forceinline__ A fold4(int n, A init, F f, Op op) {
   for (; k < n; ++k) p[0] = op(p[0], f(k));
   return op(op(p[0], p[1]), op(p[2], p[3]));
 }
+// Where lane j of the GL threads sharing a row of n elements in a tile starts (j = GL: n): near j * n / GL, at
+// j * (32 / GL) words past a multiple of 32 words, so the GL lanes of a warp's rows read GL disjoint bank ranges
+// (rows n elements apart: conflict-free for odd n of 4-byte elements; the row's lanes take a chain each).
+template <typename T, int GL>
+__device__ __forceinline__ int lane_start(int n, int j) {
+  constexpr int period = 128 / (int)sizeof(T), unit = period / GL;  // elements of 32 words, of 32 / GL words
+  int o = 0;
+  for (int q = 1; q <= j && q < GL; ++q) {
+    const int t = q * n / GL - q * unit;  // the start nearest q * n / GL in q * unit + period * m
+    const int m = (t >= 0 ? t + period / 2 : t - period / 2 + 1) / period;
+    o = min(max(q * unit + period * m, o), n);
+  }
+  return j >= GL ? n : o;
+}
 struct AddOp {
   template <typename A> __device__ __forceinline__ A operator()(A u, A v) const { return u + v; }
 };

@@ -323,15 +323,16 @@ TILE_BYTES = 32 * 1024
 TILE_ROWS_PER_THREAD = 16
 
 
-def tiled_plan(rows: int, n: int, dtype: str, tensors: int) -> tuple[int, int, int, int]:
-    """(grid, threads, rows a thread, dynamic shared memory) of a tiled launch: 256 threads (down to 32 for long rows)
-    and as many rows each, up to TILE_ROWS_PER_THREAD, as keep `tensors` tiles within TILE_BYTES."""
+def tiled_plan(rows: int, n: int, dtype: str, tensors: int, lanes: int = 1) -> tuple[int, int, int, int]:
+    """(grid, threads, rows a row slot, dynamic shared memory) of a tiled launch of `lanes` threads a row: 256 row
+    slots (down to 32 for long rows) and as many rows each, up to TILE_ROWS_PER_THREAD, as keep `tensors` tiles
+    within TILE_BYTES."""
     row_bytes = tensors * n * ITEMSIZE[dtype]
-    threads = 256
-    while threads > 32 and threads * row_bytes > TILE_BYTES:
-        threads //= 2
-    k = max(1, min(TILE_ROWS_PER_THREAD, TILE_BYTES // (threads * row_bytes)))
-    return ceil_div(rows, k * threads), threads, k, tensors * ceil_div(k * threads * n, vec(dtype)) * 16
+    slots = 256
+    while slots > 32 and slots * row_bytes > TILE_BYTES:
+        slots //= 2
+    k = max(1, min(TILE_ROWS_PER_THREAD, TILE_BYTES // (slots * row_bytes)))
+    return ceil_div(rows, k * slots), slots * lanes, k, tensors * ceil_div(k * slots * n, vec(dtype)) * 16
 
 
 def pointers_aligned(*arrays) -> bool:

@@ -55,12 +55,29 @@ def _one_name(kind: str, dtype: str, mode: str) -> str:
 
 
 # Short rows that are not whole packs take the tiled kernels (softmax_tiled: a block's rows as one tile of 16-byte
-# packs in shared memory, a thread a row) up to max_n elements; "aligned" sends whole-pack rows there too (a probe).
-TILED = {"on": True, "max_n": 128, "aligned": False}
+# packs in shared memory) up to max_n elements; "aligned" sends whole-pack rows there too, "lanes" forces that many
+# threads a row (probes).
+TILED = {"on": True, "max_n": 128, "aligned": False, "lanes": 0}
+TILED_LANES = (1, 2, 4)  # the instances compiled (more than one: float32's)
+# float32 rows take 2 or 4 threads a row from these lengths, the others one (H100, `scripts/tiled_probe.py --lanes`,
+# `benchmarks/runs/issue4-session26/08-*`, us, lanes 1 / 2 / 4): forward x65 42.4 / 43.2 / 49.9, x99 47.3 / 42.6 / 45.4,
+# x127 51.6 / 46.4 / 43.0 (torch 46.5); backward x63 65.6 / 63.8 / 64.0, x99 72.4 / 67.0 / 63.6, x127 76.5 / 71.5 /
+# 64.2. bfloat16 measured slower forward with more lanes (x127 32.3 / 39.7 / 58.6) and within 10% either way backward.
+TILED_LANES_FROM = {"fwd": ((80, 2), (112, 4)), "bwd": ((48, 2), (96, 4))}
 
 
-def _tiled_name(kind: str, dtype: str, mode: str) -> str:
-    return f"softmax_tiled<{CTYPES[dtype]}, {MODES[mode]}, {'true' if kind == 'bwd' else 'false'}>"
+def tiled_lanes(kind: str, n: int, dtype: str) -> int:
+    if TILED["lanes"]:
+        return TILED["lanes"] if dtype == "float32" else 1
+    lanes = 1
+    for start, k in TILED_LANES_FROM[kind] if dtype == "float32" else ():
+        lanes = k if n >= start else lanes
+    return lanes
+
+
+def _tiled_name(kind: str, dtype: str, mode: str, lanes: int = 1) -> str:
+    return (f"softmax_tiled<{CTYPES[dtype]}, {MODES[mode]}, {'true' if kind == 'bwd' else 'false'}"
+            f"{f', {lanes}' if lanes > 1 else ''}>")
 
 
 # Packs a thread of the pipelined forward on shifted rows: at 8 (rw.PARTS_PACKS) the half instances spilled 32-74 bytes.
@@ -105,8 +122,9 @@ SOURCE.declare([_name(k, t, m, shift=sh) for k in ("fwd", "bwd") for t in FLOAT_
                + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES] + [rw.ZERO_WORDS]
                + [_parts_name(m, t, k, SHIFTED_PARTS_PACKS, shift=True) for k in ("fwd", "bwd")
                   for t in rw.STAGE_FWD_DTYPES for m in MODES]
-               + [f(k, t, m) for f in (_one_name, _tiled_name) for k in ("fwd", "bwd") for t in FLOAT_DTYPES
-                  for m in MODES])
+               + [_one_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
+               + [_tiled_name(k, t, m, g) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES
+                  for g in TILED_LANES if g == 1 or t == "float32"])
 
 
 def _detach(x):
@@ -154,9 +172,10 @@ def tiled_rows(n: int, dtype: str, al: int, variant: str, *arrays) -> bool:
 
 
 def _launch_tiled(kind, mode, dtype, srcs, out, rows, n):
-    grid, threads, k, smem = rw.tiled_plan(rows, n, dtype, len(srcs))
+    lanes = tiled_lanes(kind, n, dtype)
+    grid, threads, k, smem = rw.tiled_plan(rows, n, dtype, len(srcs), lanes)
     a, g = srcs if kind == "bwd" else (srcs[0], srcs[0])
-    SOURCE.kernel(_tiled_name(kind, dtype, mode), smem)(
+    SOURCE.kernel(_tiled_name(kind, dtype, mode, lanes), smem)(
         (grid,), (threads,), (a, g, out, np.int64(rows), np.int32(n), np.int32(k)), shared_mem=smem)
 
 
