@@ -318,7 +318,7 @@ def occupancy(kernel, name: str, smem: int = 0):
 
 
 # Tiled rows (rows.cuh tile_in / tile_out: softmax_tiled, norm_fwd_tiled): shared memory a block's tiles aim at (7
-# blocks an SM) and the most rows a thread takes (rows of 2 float32 then fill 16 KB).
+# blocks an SM) and the most rows a row slot takes (256 slots of 16 rows of 2 float32 fill the 32 KB).
 TILE_BYTES = 32 * 1024
 TILE_ROWS_PER_THREAD = 16
 

@@ -398,9 +398,8 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
                         long_rows="exchange" if variant == "counter" else
                         variant if variant in ("split", "exchange") else None)
             al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
-            if _forward_tiled(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant):
-                pass
-            elif not _forward_shifted(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant):
+            if not (_forward_tiled(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant)
+                    or _forward_shifted(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant)):
                 _forward(call, x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant, args)
         elif rows and rstd is not None:  # n == 0: mean of nothing, like torch
             rstd.fill(np.nan)
