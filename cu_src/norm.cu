@@ -250,20 +250,18 @@ __global__ void __launch_bounds__(256) norm_fwd_tiled(const T* x, T* y, const T*
                                                       typename AccOf<T>::type inv_n) {
   typedef typename AccOf<T>::type A;
   extern __shared__ int4 tile_mem[];
-  const int tile_rows = rows_per_thread * blockDim.x;
-  const long long row0 = (long long)blockIdx.x * tile_rows, base = row0 * n;
-  const int nrows = (int)min((long long)tile_rows, rows - row0), count = nrows * n;
-  tile_in<T>(tile_mem, x, base, count);
+  const RowTile t(rows, n, rows_per_thread * blockDim.x);
+  tile_in<T>(tile_mem, x, t);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
-  for (int i = threadIdx.x; i < nrows; i += blockDim.x) {
+  for (int i = threadIdx.x; i < t.nrows; i += blockDim.x) {
     T* const r = reinterpret_cast<T*>(tile_mem) + i * n;
-    const A mean = MODE == LAYER ? fold4(n, A(0), [&](int k) { return cast<A>(r[k]); }, AddOp()) * inv_n : A(0);
-    const A m2 = fold4(n, A(0), [&](int k) { const A d = cast<A>(r[k]) - mean; return d * d; }, AddOp());
+    const A mean = MODE == LAYER ? fold4<SumOp>(n, A(0), [&](int k) { return cast<A>(r[k]); }) * inv_n : A(0);
+    const A m2 = fold4<SumOp>(n, A(0), [&](int k) { const A d = cast<A>(r[k]) - mean; return d * d; });
     const A rstd = acc_rsqrt<A>(m2 * inv_n + eps);
-    if (mean_out) mean_out[row0 + i] = mean;
-    if (rstd_out) rstd_out[row0 + i] = rstd;
+    if (mean_out) mean_out[t.row0 + i] = mean;
+    if (rstd_out) rstd_out[t.row0 + i] = rstd;
 #pragma unroll 4
     for (int k = 0; k < n; ++k) {
       A o = (cast<A>(r[k]) - mean) * rstd;
@@ -273,7 +271,7 @@ __global__ void __launch_bounds__(256) norm_fwd_tiled(const T* x, T* y, const T*
     }
   }
   __syncthreads();
-  tile_out<T>(y, tile_mem, base, count);
+  tile_out<T>(y, tile_mem, t);
 }
 
 // The sum of f(element) over this thread's elements of a pipelined_parts set (one input).

@@ -421,38 +421,33 @@ __global__ void __launch_bounds__(256 * GL) softmax_tiled(const T* a, const T* g
   constexpr int V = Vec16<T>::N;
   extern __shared__ int4 tile_mem[];
   const int row_step = blockDim.x / GL, tile_rows = rows_per_thread * row_step;
-  const long long row0 = (long long)blockIdx.x * tile_rows, base = row0 * n;
-  const int nrows = (int)min((long long)tile_rows, rows - row0), count = nrows * n;
+  const RowTile t(rows, n, tile_rows);
   const int slots = (tile_rows * n + V - 1) / V;  // the second tile's offset
-  tile_in<T>(tile_mem, a, base, count);
-  if (BWD) tile_in<T>(tile_mem + slots, g, base, count);
+  tile_in<T>(tile_mem, a, t);
+  if (BWD) tile_in<T>(tile_mem + slots, g, t);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
   const int lane = threadIdx.x % GL, lo = lane_start<T, GL>(n, lane), len = lane_start<T, GL>(n, lane + 1) - lo;
-  const unsigned mask = group_mask(GL);
-  auto across = [&](A v, auto op) {  // op over the row's GL lanes
-#pragma unroll
-    for (int o = 1; o < GL; o *= 2) v = op(v, __shfl_xor_sync(mask, v, o));
-    return v;
-  };
-  for (int i = threadIdx.x / GL; i < nrows; i += row_step) {
+  const unsigned mask = group_mask(GL);  // the row's GL lanes
+  for (int i = threadIdx.x / GL; i < t.nrows; i += row_step) {
     T* const r = reinterpret_cast<T*>(tile_mem) + i * n + lo;
     const T* const rg = reinterpret_cast<const T*>(tile_mem + slots) + i * n + lo;
     if (BWD) {
-      const A c = across(
-          fold4(len, A(0), [&](int k) { return softmax_grad_term<MODE>(cast<A>(r[k]), cast<A>(rg[k])); }, AddOp()),
-          AddOp());
+      const A c = group_reduce<SumOp>(
+          fold4<SumOp>(len, A(0), [&](int k) { return softmax_grad_term<MODE>(cast<A>(r[k]), cast<A>(rg[k])); }), GL,
+          mask);
 #pragma unroll 4
       for (int k = 0; k < len; ++k) r[k] = cast<T>(softmax_grad<MODE>(cast<A>(r[k]), cast<A>(rg[k]), c));
     } else {
-      const A m = across(fold4(len, lowest<A>(), [&](int k) { return cast<A>(r[k]); }, MaxNaNOp()), MaxNaNOp());
-      const A s = across(fold4(len, A(0), [&](int k) { return fast_exp<A>(cast<A>(r[k]) - m); }, AddOp()), AddOp());
+      const A m = group_reduce<MaxOp>(fold4<MaxOp>(len, lowest<A>(), [&](int k) { return cast<A>(r[k]); }), GL, mask);
+      const A s = group_reduce<SumOp>(
+          fold4<SumOp>(len, A(0), [&](int k) { return fast_exp<A>(cast<A>(r[k]) - m); }), GL, mask);
       const A inv = A(1) / s, ls = acc_log<A>(s);
 #pragma unroll 4
       for (int k = 0; k < len; ++k) r[k] = cast<T>(softmax_out<MODE>(cast<A>(r[k]) - m, inv, ls));
     }
   }
   __syncthreads();
-  tile_out<T>(out, tile_mem, base, count);
+  tile_out<T>(out, tile_mem, t);
 }

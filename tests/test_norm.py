@@ -310,7 +310,7 @@ def test_shifted_rows(mode, dtype):
             assert close_everywhere(y, want, dtype) and rel_err(rstd, want_rstd[:, 0]) <= 1e-5, what
             if mode == "layer_norm":
                 assert rel_err(mean, xv.mean(-1)) <= 1e-5, what
-            tiled = N.tiled_fwd(n, 0, "auto", x, x)
+            tiled = rw.tiled_rows(N.TILED_FWD, n, 0, "auto", x)
             assert bool(used & SHIFTED_FWD) == (n >= V and one_block and not tiled), what + (used,)
             assert bool(used & TILED_FWD) == tiled, what + (used,)
             (y, _, _), used = kernels_of(N.SOURCE, lambda: norm_forward_impl(skewed, w, b, 1e-5, mode))

@@ -267,7 +267,7 @@ def test_shifted_rows(dtype):
             want = ref(xv)
             got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
             assert close_everywhere(got, want, dtype), (n, mode)
-            tiled = S.tiled_rows(n, dtype, 0, "auto", x)
+            tiled = 1 < n and rw.tiled_rows(S.TILED, n, 0, "auto", x)
             assert bool(used & SHIFTED) == (n >= V and not tiled), (n, mode, used)  # shorter rows: the element path
             got, used = kernels_of(S.SOURCE, lambda: softmax_impl(skewed, -1, mode))
             assert close_everywhere(got, want, dtype) and not used & SHIFTED, (n, mode, "skewed", used)

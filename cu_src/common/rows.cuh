@@ -760,42 +760,53 @@ __device__ __forceinline__ void sum_parts(const A* s, int parts, A (&out)[K]) {
   for (int k = 0; k < K; ++k) out[k] = warp_combine<SumOp, A>(parts, [&](int q) { return ld_part(s + q * K + k); });
 }
 
-// Tiled rows (softmax_tiled, norm_fwd_tiled): a block's tile_rows consecutive rows of a C-contiguous matrix are one
-// contiguous stretch of `count` elements from element `base`, 16-byte aligned when the matrix is and tile_rows is a
-// multiple of 32, so it moves between global and shared memory (`slots`, 16 bytes each) as whole packs whatever the
-// row length: no row end is masked. tile_in issues the block's copies (cp.async; the matrix's last pack zero-filled
-// past its end) and commits them; the caller waits (cp_async_wait<0>, __syncthreads) before reading.
+// Tiled rows (softmax_tiled, norm_fwd_tiled): block b's tile_rows consecutive rows of a C-contiguous matrix (fewer in
+// the last block) are one contiguous stretch of `count` elements from element `base`, 16-byte aligned when the matrix
+// is and tile_rows is a multiple of 32, so it moves between global and shared memory (`slots`, 16 bytes each) as whole
+// packs whatever the row length: no row end is masked.
+struct RowTile {
+  long long row0, base;  // the tile's first row and element
+  int nrows, count;      // its rows and elements
+  __device__ __forceinline__ RowTile(long long rows, int n, int tile_rows) {
+    row0 = (long long)blockIdx.x * tile_rows;
+    base = row0 * n;
+    nrows = (int)min((long long)tile_rows, rows - row0);
+    count = nrows * n;
+  }
+};
+// The block's copies of a tile in (cp.async; the matrix's last pack zero-filled past its end), committed; the caller
+// waits (cp_async_wait<0>, __syncthreads) before reading.
 template <typename T>
-__device__ __forceinline__ void tile_in(int4* slots, const T* src, long long base, int count) {
+__device__ __forceinline__ void tile_in(int4* slots, const T* src, const RowTile& t) {
   constexpr int V = Vec16<T>::N;
-  for (int q = threadIdx.x; q * V < count; q += blockDim.x)
-    cp_async16_part(slots + q, src + base + (long long)q * V, min(V, count - q * V) * (int)sizeof(T));
+  for (int q = threadIdx.x; q * V < t.count; q += blockDim.x)
+    cp_async16_part(slots + q, src + t.base + (long long)q * V, min(V, t.count - q * V) * (int)sizeof(T));
 }
 // The tile back to global memory: 16-byte stores (__stwb: NVVM splits plain pack stores), the last part pack
 // element by element. After a __syncthreads that follows the tile's last write.
 template <typename T>
-__device__ __forceinline__ void tile_out(T* dst, const int4* slots, long long base, int count) {
+__device__ __forceinline__ void tile_out(T* dst, const int4* slots, const RowTile& t) {
   constexpr int V = Vec16<T>::N;
-  const T* const t = reinterpret_cast<const T*>(slots);
-  for (int q = threadIdx.x; q * V < count; q += blockDim.x) {
-    if (q * V + V <= count) {
-      __stwb(reinterpret_cast<int4*>(dst + base + (long long)q * V), slots[q]);
+  const T* const e = reinterpret_cast<const T*>(slots);
+  for (int q = threadIdx.x; q * V < t.count; q += blockDim.x) {
+    if (q * V + V <= t.count) {
+      __stwb(reinterpret_cast<int4*>(dst + t.base + (long long)q * V), slots[q]);
     } else {
-      for (int e = q * V; e < count; ++e) dst[base + e] = t[e];
+      for (int i = q * V; i < t.count; ++i) dst[t.base + i] = e[i];
     }
   }
 }
-// op over f(0) .. f(n - 1) as four independent chains (k mod 4), combined at the end: a thread's row loop in a
-// tile is latency-bound, one chain would wait on each step.
-template <typename A, typename F, typename Op>
-__device__ __forceinline__ A fold4(int n, A init, F f, Op op) {
+// Op (SumOp, MaxOp) over f(0) .. f(n - 1) as four independent chains (k mod 4), combined at the end: a thread's row
+// loop in a tile is latency-bound, one chain would wait on each step.
+template <typename Op, typename A, typename F>
+__device__ __forceinline__ A fold4(int n, A init, F f) {
   A p[4] = {init, init, init, init};
   int k = 0;
   for (; k + 4 <= n; k += 4)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) p[j] = op(p[j], f(k + j));
-  for (; k < n; ++k) p[0] = op(p[0], f(k));
-  return op(op(p[0], p[1]), op(p[2], p[3]));
+    for (int j = 0; j < 4; ++j) p[j] = Op::combine(p[j], f(k + j));
+  for (; k < n; ++k) p[0] = Op::combine(p[0], f(k));
+  return Op::combine(Op::combine(p[0], p[1]), Op::combine(p[2], p[3]));
 }
 // Where lane j of the GL threads sharing a row of n elements in a tile starts (j = GL: n): near j * n / GL, at
 // j * (32 / GL) words past a multiple of 32 words, so the GL lanes of a warp's rows read GL disjoint bank ranges
@@ -811,9 +822,3 @@ __device__ __forceinline__ int lane_start(int n, int j) {
   }
   return j >= GL ? n : o;
 }
-struct AddOp {
-  template <typename A> __device__ __forceinline__ A operator()(A u, A v) const { return u + v; }
-};
-struct MaxNaNOp {
-  template <typename A> __device__ __forceinline__ A operator()(A u, A v) const { return MaxOp::combine(u, v); }
-};

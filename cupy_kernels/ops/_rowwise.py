@@ -347,6 +347,14 @@ def shifted_rows(n: int, dtype: str, al: int, variant: str, *arrays) -> bool:
     return variant == "auto" and not al and n >= vec(dtype) and pointers_aligned(*arrays)
 
 
+def tiled_rows(switch: dict, n: int, al: int, variant: str, *arrays) -> bool:
+    """Whether rows of n elements take a tiled kernel (softmax.TILED, norm.TILED_FWD): the automatic variant, the
+    switch on, n up to its max_n, rows not whole packs (`al` 0; the switch's "aligned" probe takes those too), every
+    array 16-byte aligned."""
+    return (variant == "auto" and switch["on"] and n <= switch["max_n"] and (switch.get("aligned", False) or not al)
+            and pointers_aligned(*arrays))
+
+
 def aligned(n: int, dtype: str, *arrays) -> int:
     """1 when every array is 16-byte aligned and rows are whole packs (16-byte accesses allowed)."""
     return int(n % vec(dtype) == 0 and pointers_aligned(*arrays))

@@ -410,16 +410,10 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
         return res
 
 
-def tiled_fwd(n: int, al: int, variant: str, x2, y2) -> bool:
-    """Whether the forward takes norm_fwd_tiled: rows of at most TILED_FWD's max_n that are not whole packs, x and y
-    16-byte aligned (w and b are read by element)."""
-    return (variant == "auto" and TILED_FWD["on"] and n <= TILED_FWD["max_n"] and not al
-            and rw.pointers_aligned(x2, y2))
-
-
 def _forward_tiled(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant) -> bool:
-    """The forward on short rows through shared-memory tiles where it applies (tiled_fwd). Whether it launched."""
-    if not tiled_fwd(n, al, variant, x2, y2):
+    """The forward on short rows through shared-memory tiles where it applies (rw.tiled_rows; x and y aligned: w and b
+    are read by element). Whether it launched."""
+    if not rw.tiled_rows(TILED_FWD, n, al, variant, x2, y2):
         return False
     grid, threads, k, smem = rw.tiled_plan(rows, n, dtype, 1)
     acc = rw.ACC_SCALAR[rw.ACC[dtype]]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._runtime import CTYPES, FLOAT_DTYPES, Call, KernelSource, current, is_torch, normalize_axes
+from .._runtime import CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, is_torch, normalize_axes
 from . import _rowwise as rw
 
 SOURCE = KernelSource("softmax.cu")
@@ -160,15 +160,9 @@ def staged_bwd(p, dtype: str, al: int, rows: int, n: int, sm_count: int) -> bool
 def _launch_rows_of_one(kind, mode, dtype, srcs, out, rows):
     al = rw.pointers_aligned(*srcs, out)
     work = rows // rw.vec(dtype) if al else rows
-    grid = max(1, min(-(-work // ONE_THREADS), ONE_BLOCKS_PER_SM * current().sm_count))
+    grid = max(1, min(ceil_div(work, ONE_THREADS), ONE_BLOCKS_PER_SM * current().sm_count))
     a, g = srcs if kind == "bwd" else (srcs[0], srcs[0])
     SOURCE.kernel(_one_name(kind, dtype, mode))((grid,), (ONE_THREADS,), (a, g, out, np.int64(rows), np.int32(al)))
-
-
-def tiled_rows(n: int, dtype: str, al: int, variant: str, *arrays) -> bool:
-    """Whether rows of n elements take softmax_tiled (TILED; every array 16-byte aligned)."""
-    return (variant == "auto" and TILED["on"] and 1 < n <= TILED["max_n"] and (TILED["aligned"] or not al)
-            and rw.pointers_aligned(*arrays))
 
 
 def _launch_tiled(kind, mode, dtype, srcs, out, rows, n):
@@ -182,7 +176,7 @@ def _launch_tiled(kind, mode, dtype, srcs, out, rows, n):
 def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
     if n == 1 and variant == "auto":
         return _launch_rows_of_one(kind, mode, dtype, srcs, out, rows)
-    if tiled_rows(n, dtype, rw.aligned(n, dtype, *srcs, out), variant, *srcs, out):
+    if rw.tiled_rows(TILED, n, rw.aligned(n, dtype, *srcs, out), variant, *srcs, out):  # (n > 1: rows of one above)
         return _launch_tiled(kind, mode, dtype, srcs, out, rows, n)
     long_rows = "exchange" if variant == "counter" else variant if variant in ("split", "exchange") else None
     args = dict(force=variant if variant == "block" else None, long_rows=long_rows)
