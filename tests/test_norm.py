@@ -29,6 +29,17 @@ def ref_forward(x, w, b, eps, mode):
     return y, xhat, rstd
 
 
+def close_rows(got, want, x, rstd, w, dtype, mode):
+    """close_everywhere per element, and for layer_norm each row's rounding of x - mean as rstd magnifies it: a short
+    row whose values nearly agree (n = 2, x0 ~ x1 among 20011 rows) has a variance far below eps, rstd near
+    1 / sqrt(eps), and float32's exact two-pass result then misses float64's by ~ulp(|x|) * rstd, past a tolerance
+    relative to y (in 12% of 20011-row float32 draws: 7.6e-5 against 4e-5)."""
+    got, scale = to_f64(got), np.abs(want).max()
+    if mode == "layer_norm":
+        scale = scale + np.abs(x).max(-1, keepdims=True) * rstd * (1.0 if w is None else np.abs(w).max())
+    return bool((np.abs(got - want) <= 4 * TOL[dtype] * (np.abs(want) + scale)).all())
+
+
 def ref_backward(x, w, b, dy, eps, mode):
     _, xhat, rstd = ref_forward(x, w, b, eps, mode)
     g = dy * (1 if w is None else w)
@@ -378,14 +389,16 @@ def test_tiled_forward(mode, dtype):
                 assert bool(used & TILED_FWD) == (n <= top) and (n > top or used <= TILED_FWD), what + (used,)
                 y, ok = to_f64(y), ~np.isnan(want)
                 assert np.isnan(y[3]).all() and (np.isnan(y) == ~ok).all(), what
-                assert close_everywhere(y[ok], want[ok], dtype), what
                 ok_rows = np.arange(rows) != 3
+                close = lambda got: close_rows(  # noqa: E731
+                    got[ok_rows], want[ok_rows], xv[ok_rows], want_rstd[ok_rows], wv, dtype, mode)
+                assert close(y), what
                 assert rel_err(to_f64(rstd)[ok_rows], want_rstd[ok_rows, 0]) <= 1e-5, what
                 if mode == "layer_norm":
                     assert rel_err(to_f64(mean)[ok_rows], xv[ok_rows].mean(-1)) <= 1e-5, what
                 x2 = x.copy()
                 assert norm_forward_impl(x2, w, b, 1e-5, mode, inplace=True)[0] is x2
-                assert close_everywhere(to_f64(x2)[ok], want[ok], dtype), what + ("in place",)
+                assert close(to_f64(x2)), what + ("in place",)
 
 
 @gpu
