@@ -407,10 +407,10 @@ __global__ void __launch_bounds__(256) softmax_rows_of_one(const T* a, const T* 
 // Short rows through shared memory ("tiled rows"): a block's ROWS = rows_per_thread * blockDim.x / GL consecutive rows
 // are one contiguous tile of ROWS * n elements, 16-byte aligned when the matrix is (ROWS a multiple of 32), so it moves
 // in (tile_in: cp.async) and out (tile_out: 16-byte stores) as whole packs, whatever n is: no per-row end packs to
-// mask or hand over, as the shifted sub-warp rows have. GL threads then take a row in shared memory, element by
-// element: lane j its span from lane_start (odd n: conflict-free banks), four running maxima / sums a span, the
-// lanes' results combined by shuffles; a row's GL lanes are adjacent. GL 1 for short rows, more for long ones (a
-// thread's chain of ~n steps and few rows an SM made one thread a row latency-bound there).
+// mask or hand over, as the shifted sub-warp rows have. GL threads then take a row in shared memory (fold_span /
+// map_span: 2-byte types by words): lane j its span from lane_start (odd n: conflict-free banks), four running
+// maxima / sums a span, the lanes' results combined by shuffles; a row's GL lanes are adjacent. GL 1 for short rows,
+// more for long ones (a thread's chain of ~n steps and few rows an SM made one thread a row latency-bound there).
 // Forward (BWD false): a is x, out y; backward: a is y, g dy, out dx; the result overwrites a's tile before the store.
 // Launch: 1-D grid of ceil(rows / ROWS) blocks of <= 256 * GL threads (a multiple of 32 * GL), dynamic shared memory
 // of (BWD ? 2 : 1) tiles of ceil(ROWS * n / V) 16-byte slots; every pointer 16-byte aligned. y may be x, dx may be dy.
@@ -435,17 +435,14 @@ __global__ void __launch_bounds__(256 * GL) softmax_tiled(const T* a, const T* g
     const T* const rg = reinterpret_cast<const T*>(tile_mem + slots) + i * n + lo;
     if (BWD) {
       const A c = group_reduce<SumOp>(
-          fold4<SumOp>(len, A(0), [&](int k) { return softmax_grad_term<MODE>(cast<A>(r[k]), cast<A>(rg[k])); }), GL,
-          mask);
-#pragma unroll 4
-      for (int k = 0; k < len; ++k) r[k] = cast<T>(softmax_grad<MODE>(cast<A>(r[k]), cast<A>(rg[k]), c));
+          fold_span<SumOp>(r, rg, len, A(0), [](A y, A dy) { return softmax_grad_term<MODE>(y, dy); }), GL, mask);
+      map_span<A>(r, rg, len, [&](A y, A dy) { return softmax_grad<MODE>(y, dy, c); });
     } else {
-      const A m = group_reduce<MaxOp>(fold4<MaxOp>(len, lowest<A>(), [&](int k) { return cast<A>(r[k]); }), GL, mask);
-      const A s = group_reduce<SumOp>(
-          fold4<SumOp>(len, A(0), [&](int k) { return fast_exp<A>(cast<A>(r[k]) - m); }), GL, mask);
+      const A m = group_reduce<MaxOp>(fold_span<MaxOp>(r, r, len, lowest<A>(), [](A x, A) { return x; }), GL, mask);
+      const A s =
+          group_reduce<SumOp>(fold_span<SumOp>(r, r, len, A(0), [&](A x, A) { return fast_exp<A>(x - m); }), GL, mask);
       const A inv = A(1) / s, ls = acc_log<A>(s);
-#pragma unroll 4
-      for (int k = 0; k < len; ++k) r[k] = cast<T>(softmax_out<MODE>(cast<A>(r[k]) - m, inv, ls));
+      map_span<A>(r, r, len, [&](A x, A) { return softmax_out<MODE>(x - m, inv, ls); });
     }
   }
   __syncthreads();

@@ -2,8 +2,8 @@
 (softmax_tiled: a block's rows as one tile in shared memory) against the shifted / sub-warp row kernels (TILED off)
 and torch, about 2^24 elements a case; and rows of one element (softmax_rows_of_one) against the row kernels
 (variant "scalar") and torch. `--aligned` also tiles whole-pack rows (TILED["aligned"]); `--lanes L`: L threads a
-float32 row at every width. `--norm`: layer_norm / rms_norm forward instead (norm_fwd_tiled against TILED_FWD off). us;
-ratio = torch / ours."""
+row at every width where compiled (TILED_LANES). `--norm`: layer_norm / rms_norm forward instead (norm_fwd_tiled
+against TILED_FWD off). us; ratio = torch / ours."""
 import argparse
 
 import torch
@@ -22,7 +22,7 @@ ap.add_argument("--dtypes", default="float32,bfloat16")
 ap.add_argument("--aligned", action="store_true")
 ap.add_argument("--norm", action="store_true")
 ap.add_argument("--lanes", type=int, default=0,
-                help="softmax: this many threads a float32 row at every width (0: automatic)")
+                help="softmax: this many threads a row at every width where compiled (0: automatic; TILED_LANES)")
 args = ap.parse_args()
 
 timer = Timer()

@@ -325,9 +325,10 @@ def test_tiled_rows(dtype):
     from 2 to past TILED's limit, fewer rows than a tile, several tiles and a last one in part; forward, backward,
     in place, each element against float64; -inf, all -inf and NaN rows."""
     V = rw.vec(dtype)
-    tiled = {S._tiled_name(k, dtype, m, g) for k in ("fwd", "bwd") for m in S.MODES for g in S.TILED_LANES}
+    tiled = {S._tiled_name(k, dtype, m, g) for k in ("fwd", "bwd") for m in S.MODES
+             for g in S.TILED_LANES[rw.ITEMSIZE[dtype]]}
     top = S.TILED["max_n"]
-    for n in (2, 3, V - 1, V + 1, 33, 65, 99, 100, top - 1, top + 1):  # (float32 from 48: several threads a row)
+    for n in (2, 3, V - 1, V + 1, 33, 65, 99, 100, top - 1, top + 1):  # (float32 from 48, half bwd 96: lanes)
         if n < 2 or n % V == 0:
             continue
         for rows in (5, 1000, 20011):

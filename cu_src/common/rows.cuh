@@ -808,6 +808,46 @@ __device__ __forceinline__ A fold4(int n, A init, F f) {
   for (; k < n; ++k) p[0] = Op::combine(p[0], f(k));
   return Op::combine(Op::combine(p[0], p[1]), Op::combine(p[2], p[3]));
 }
+// A thread's span of n elements of a row in a tile, a, and the same span of a second tile, g (the forward passes a
+// twice): Op over f(a_j, g_j), and a_j = f(a_j, g_j) for every j. 2-byte types go by 32-bit words, two elements a
+// load or store and a step (half the shared-memory instructions of the thread's chain); a span's first element shares
+// its word with the span before when it starts at an odd element, its last with the span after when it ends at an even
+// one: those two go alone. Other types element by element, four chains (fold4).
+template <typename Op, typename A, typename T, typename F>
+__device__ __forceinline__ A fold_span(const T* a, const T* g, int n, A init, F f) {
+  if constexpr (sizeof(T) == 2) {
+    const int head = (int)(reinterpret_cast<size_t>(a) >> 1) & 1, words = (n - head) >> 1;
+    const unsigned* const wa = reinterpret_cast<const unsigned*>(a + head);
+    const unsigned* const wg = reinterpret_cast<const unsigned*>(g + head);
+    A r = fold4<Op>(words, init, [&](int k) {
+      const float2 x = unpack2<T>(wa[k]), y = unpack2<T>(wg[k]);
+      return Op::combine(f(x.x, y.x), f(x.y, y.y));
+    });
+    if (head) r = Op::combine(r, f(cast<A>(a[0]), cast<A>(g[0])));
+    if ((n - head) & 1) r = Op::combine(r, f(cast<A>(a[n - 1]), cast<A>(g[n - 1])));
+    return r;
+  } else {
+    return fold4<Op>(n, init, [&](int k) { return f(cast<A>(a[k]), cast<A>(g[k])); });
+  }
+}
+template <typename A, typename T, typename F>
+__device__ __forceinline__ void map_span(T* a, const T* g, int n, F f) {
+  if constexpr (sizeof(T) == 2) {
+    const int head = (int)(reinterpret_cast<size_t>(a) >> 1) & 1, words = (n - head) >> 1;
+    const unsigned* const wg = reinterpret_cast<const unsigned*>(g + head);
+    unsigned* const wa = reinterpret_cast<unsigned*>(a + head);
+#pragma unroll 4
+    for (int k = 0; k < words; ++k) {
+      const float2 x = unpack2<T>(wa[k]), y = unpack2<T>(wg[k]);
+      store2(reinterpret_cast<T*>(wa + k), f(x.x, y.x), f(x.y, y.y));
+    }
+    if (head) a[0] = cast<T>(f(cast<A>(a[0]), cast<A>(g[0])));
+    if ((n - head) & 1) a[n - 1] = cast<T>(f(cast<A>(a[n - 1]), cast<A>(g[n - 1])));
+  } else {
+#pragma unroll 4
+    for (int k = 0; k < n; ++k) a[k] = cast<T>(f(cast<A>(a[k]), cast<A>(g[k])));
+  }
+}
 // Where lane j of the GL threads sharing a row of n elements in a tile starts (j = GL: n): near j * n / GL, at
 // j * (32 / GL) words past a multiple of 32 words, so the GL lanes of a warp's rows read GL disjoint bank ranges
 // (rows n elements apart: conflict-free for odd n of 4-byte elements; the row's lanes take a chain each).

@@ -33,6 +33,15 @@ __device__ __forceinline__ void store2(bfloat16* v, float a, float b) {
   *reinterpret_cast<__nv_bfloat162*>(v) = __floats2bfloat162_rn(a, b);
 }
 
+// The two elements of a 32-bit word of a half type, as floats (a bfloat16 by a shift or a mask).
+template <typename T> __device__ __forceinline__ float2 unpack2(unsigned w);
+template <> __device__ __forceinline__ float2 unpack2<half>(unsigned w) {
+  return __half22float2(reinterpret_cast<const __half2&>(w));
+}
+template <> __device__ __forceinline__ float2 unpack2<bfloat16>(unsigned w) {
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
 // N elements moved as one aligned access (16 bytes -> one LDG.128).
 template <typename T, int N> struct alignas(sizeof(T) * N) Pack { T v[N]; };
 template <typename T> struct Vec16 { static constexpr int N = 16 / sizeof(T); typedef Pack<T, N> type; };

@@ -58,19 +58,23 @@ def _one_name(kind: str, dtype: str, mode: str) -> str:
 # packs in shared memory) up to max_n elements; "aligned" sends whole-pack rows there too, "lanes" forces that many
 # threads a row (probes).
 TILED = {"on": True, "max_n": 128, "aligned": False, "lanes": 0}
-TILED_LANES = (1, 2, 4)  # the instances compiled (more than one: float32's)
-# float32 rows take 2 or 4 threads a row from these lengths, the others one (H100, `scripts/tiled_probe.py --lanes`,
-# `benchmarks/runs/issue4-session26/08-*`, us, lanes 1 / 2 / 4): forward x65 42.4 / 43.2 / 49.9, x99 47.3 / 42.6 / 45.4,
-# x127 51.6 / 46.4 / 43.0 (torch 46.5); backward x63 65.6 / 63.8 / 64.0, x99 72.4 / 67.0 / 63.6, x127 76.5 / 71.5 /
-# 64.2. bfloat16 measured slower forward with more lanes (x127 32.3 / 39.7 / 58.6) and within 10% either way backward.
-TILED_LANES_FROM = {"fwd": ((80, 2), (112, 4)), "bwd": ((48, 2), (96, 4))}
+# Threads a row of the instances compiled, by element size (probes force any of them; half types' 4 spilled 48 bytes
+# in the softmax backward, sm_90).
+TILED_LANES = {4: (1, 2, 4), 2: (1, 2), 8: (1,)}
+# Rows take 2 or 4 threads a row from these lengths, the others one, by element size (H100, `scripts/tiled_probe.py
+# --lanes`, us, lanes 1 / 2 / 4). float32 (`benchmarks/runs/issue4-session26/08-*`): forward x65 42.4 / 43.2 / 49.9,
+# x99 47.3 / 42.6 / 45.4, x127 51.6 / 46.4 / 43.0 (torch 46.5); backward x63 65.6 / 63.8 / 64.0, x99 72.4 / 67.0 /
+# 63.6, x127 76.5 / 71.5 / 64.2. Half types, rows by words (`issue4-session27/04-*`): forward one thread (bf16 x127
+# 25.2 / 27.7 / 42.4); backward x65 32.0 / 33.6 / 37.5, x100 36.4 / 33.1 / 36.5, x127 40.8 / 36.6 / 41.8.
+TILED_LANES_FROM = {("fwd", 4): ((80, 2), (112, 4)), ("bwd", 4): ((48, 2), (96, 4)), ("fwd", 2): (),
+                    ("bwd", 2): ((96, 2),)}
 
 
 def tiled_lanes(kind: str, n: int, dtype: str) -> int:
     if TILED["lanes"]:
-        return TILED["lanes"] if dtype == "float32" else 1
+        return TILED["lanes"] if TILED["lanes"] in TILED_LANES[rw.ITEMSIZE[dtype]] else 1
     lanes = 1
-    for start, k in TILED_LANES_FROM[kind] if dtype == "float32" else ():
+    for start, k in TILED_LANES_FROM.get((kind, rw.ITEMSIZE[dtype]), ()):
         lanes = k if n >= start else lanes
     return lanes
 
@@ -124,7 +128,7 @@ SOURCE.declare([_name(k, t, m, shift=sh) for k in ("fwd", "bwd") for t in FLOAT_
                   for t in rw.STAGE_FWD_DTYPES for m in MODES]
                + [_one_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
                + [_tiled_name(k, t, m, g) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES
-                  for g in TILED_LANES if g == 1 or t == "float32"])
+                  for g in TILED_LANES[rw.ITEMSIZE[t]]])
 
 
 def _detach(x):
