@@ -358,6 +358,27 @@ def test_tiled_rows(dtype):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_tiled_rows_every_lane_count(dtype, monkeypatch):
+    """Every compiled lane count (TILED["lanes"] forced) on short and long tiled rows: spans of lanes that start at odd
+    elements, spans of one element, empty spans (a row shorter than the lanes' starts); forward and backward."""
+    for lanes in S.TILED_LANES[rw.ITEMSIZE[dtype]]:
+        monkeypatch.setitem(S.TILED, "lanes", lanes)
+        for n in (2, 3, 33, 65, 127):
+            x, xv = make((1000, n), dtype)
+            for mode, ref, grad in (("softmax", ref_softmax, ref_softmax_grad),
+                                    ("log_softmax", ref_log_softmax, ref_log_softmax_grad)):
+                want = ref(xv)
+                got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
+                assert used == {S._tiled_name("fwd", dtype, mode, lanes)}, (lanes, n, mode, used)
+                assert close_everywhere(got, want, dtype), (lanes, n, mode)
+                yc, yv = cupy_array(want, dtype), rounded(want, dtype)
+                dy, dyv = make(yv.shape, dtype)
+                got = softmax_backward_impl(yc, dy, -1, mode)
+                assert close_everywhere(got, grad(yv, dyv), dtype, 2), (lanes, n, mode, "backward")
+
+
+@gpu
 @pytest.mark.parametrize("variant", ["block", "scalar", "split", "exchange", "counter"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_ladder_variants(variant, dtype):

@@ -812,11 +812,12 @@ __device__ __forceinline__ A fold4(int n, A init, F f) {
 // twice): Op over f(a_j, g_j), and a_j = f(a_j, g_j) for every j. 2-byte types go by 32-bit words, two elements a
 // load or store and a step (half the shared-memory instructions of the thread's chain); a span's first element shares
 // its word with the span before when it starts at an odd element, its last with the span after when it ends at an even
-// one: those two go alone. Other types element by element, four chains (fold4).
+// one: those two go alone; an empty span (a lane of a short row, lane_start) touches nothing. Other types element by
+// element, four chains (fold4).
 template <typename Op, typename A, typename T, typename F>
 __device__ __forceinline__ A fold_span(const T* a, const T* g, int n, A init, F f) {
   if constexpr (sizeof(T) == 2) {
-    const int head = (int)(reinterpret_cast<size_t>(a) >> 1) & 1, words = (n - head) >> 1;
+    const int head = n > 0 && (reinterpret_cast<size_t>(a) & 2), words = (n - head) >> 1;
     const unsigned* const wa = reinterpret_cast<const unsigned*>(a + head);
     const unsigned* const wg = reinterpret_cast<const unsigned*>(g + head);
     A r = fold4<Op>(words, init, [&](int k) {
@@ -833,7 +834,7 @@ __device__ __forceinline__ A fold_span(const T* a, const T* g, int n, A init, F 
 template <typename A, typename T, typename F>
 __device__ __forceinline__ void map_span(T* a, const T* g, int n, F f) {
   if constexpr (sizeof(T) == 2) {
-    const int head = (int)(reinterpret_cast<size_t>(a) >> 1) & 1, words = (n - head) >> 1;
+    const int head = n > 0 && (reinterpret_cast<size_t>(a) & 2), words = (n - head) >> 1;
     const unsigned* const wg = reinterpret_cast<const unsigned*>(g + head);
     unsigned* const wa = reinterpret_cast<unsigned*>(a + head);
 #pragma unroll 4
