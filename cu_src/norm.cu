@@ -236,8 +236,8 @@ norm_fwd(
 }
 
 // Short rows through shared-memory tiles (tile_in / tile_out, rows.cuh; as softmax_tiled): thread t normalises rows
-// t, t + blockDim.x, ... of its block's tile alone, with exact two-pass statistics from shared memory (mean, then the
-// sum of squares around it; rms: around 0), w / b read by column (a warp's threads at one column: a broadcast).
+// t, t + blockDim.x, ... of its block's tile alone (fold_span / map_span: 2-byte types by words), with exact two-pass
+// statistics from shared memory (mean, then the sum of squares around it; rms: around 0), w / b read by column.
 // Launch: 1-D grid of ceil(rows / (rows_per_thread * blockDim.x)) blocks of <= 256 threads (a multiple of 32),
 // dynamic shared memory of one tile (ceil(tile rows * n / V) 16-byte slots), x and y 16-byte aligned; any n >= 1;
 // w / b / mean_out / rstd_out may be null. y may be x.
@@ -257,18 +257,17 @@ __global__ void __launch_bounds__(256) norm_fwd_tiled(const T* x, T* y, const T*
   __syncthreads();
   for (int i = threadIdx.x; i < t.nrows; i += blockDim.x) {
     T* const r = reinterpret_cast<T*>(tile_mem) + i * n;
-    const A mean = MODE == LAYER ? fold4<SumOp>(n, A(0), [&](int k) { return cast<A>(r[k]); }) * inv_n : A(0);
-    const A m2 = fold4<SumOp>(n, A(0), [&](int k) { const A d = cast<A>(r[k]) - mean; return d * d; });
+    const A mean = MODE == LAYER ? fold_span<SumOp>(r, r, n, A(0), [](A v, A) { return v; }) * inv_n : A(0);
+    const A m2 = fold_span<SumOp>(r, r, n, A(0), [&](A v, A) { const A d = v - mean; return d * d; });
     const A rstd = acc_rsqrt<A>(m2 * inv_n + eps);
     if (mean_out) mean_out[t.row0 + i] = mean;
     if (rstd_out) rstd_out[t.row0 + i] = rstd;
-#pragma unroll 4
-    for (int k = 0; k < n; ++k) {
-      A o = (cast<A>(r[k]) - mean) * rstd;
+    map_span<A>(r, r, n, [&](A v, A, int k) {
+      A o = (v - mean) * rstd;
       if (w) o *= cast<A>(w[k]);
       if (MODE == LAYER && b) o += cast<A>(b[k]);
-      r[k] = cast<T>(o);
-    }
+      return o;
+    });
   }
   __syncthreads();
   tile_out<T>(y, tile_mem, t);

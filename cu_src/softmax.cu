@@ -436,13 +436,13 @@ __global__ void __launch_bounds__(256 * GL) softmax_tiled(const T* a, const T* g
     if (BWD) {
       const A c = group_reduce<SumOp>(
           fold_span<SumOp>(r, rg, len, A(0), [](A y, A dy) { return softmax_grad_term<MODE>(y, dy); }), GL, mask);
-      map_span<A>(r, rg, len, [&](A y, A dy) { return softmax_grad<MODE>(y, dy, c); });
+      map_span<A>(r, rg, len, [&](A y, A dy, int) { return softmax_grad<MODE>(y, dy, c); });
     } else {
       const A m = group_reduce<MaxOp>(fold_span<MaxOp>(r, r, len, lowest<A>(), [](A x, A) { return x; }), GL, mask);
       const A s =
           group_reduce<SumOp>(fold_span<SumOp>(r, r, len, A(0), [&](A x, A) { return fast_exp<A>(x - m); }), GL, mask);
       const A inv = A(1) / s, ls = acc_log<A>(s);
-      map_span<A>(r, r, len, [&](A x, A) { return softmax_out<MODE>(x - m, inv, ls); });
+      map_span<A>(r, r, len, [&](A x, A, int) { return softmax_out<MODE>(x - m, inv, ls); });
     }
   }
   __syncthreads();
