@@ -49,8 +49,8 @@ __device__ __forceinline__ A elem(const Pack<T, N>& pk, int e) {
 }
 template <>
 __device__ __forceinline__ float elem<float, bfloat16, 8>(const Pack<bfloat16, 8>& pk, int e) {
-  const unsigned w = reinterpret_cast<const unsigned*>(&pk)[e >> 1];
-  return __uint_as_float(e & 1 ? w & 0xffff0000u : w << 16);
+  const float2 f = unpack2<bfloat16>(reinterpret_cast<const unsigned*>(&pk)[e >> 1]);
+  return e & 1 ? f.y : f.x;
 }
 
 template <typename T> struct RowLayout {
