@@ -372,36 +372,62 @@ __global__ void __launch_bounds__(512, 1) softmax_bwd_parts(const T* y, const T*
   pipelined_parts<T, MAXP, 2, 1, false, SHIFT>(src, rows, n, begin, chunk, parts, L, words, reduce, write);
 }
 
-// Rows of one element (n = 1): each element is its own row, so the op is elementwise. Forward: x - max is 0, or NaN
-// where x is infinite or NaN (as the row kernels give), so softmax is 1 + d and log_softmax d; backward:
-// softmax_grad with a row sum of one term. A is x (forward) or y, G unused (forward) or dy.
-// Launch: 1-D grid of 256-thread blocks striding over `count` elements, 16-byte packs when every pointer is
-// 16-byte aligned (`aligned`), the rest (or every element, unaligned) one by one. out may be a or g.
-template <typename T, int MODE, bool BWD>
-__global__ void __launch_bounds__(256) softmax_rows_of_one(const T* a, const T* g, T* out, long long count,
-                                                           int aligned) {
+// Rows of N = 1, 2 or 4 elements (N divides V), elementwise: a thread's 16-byte pack holds V / N whole rows, each
+// reduced in registers (no group, no shared memory). N = 1: x - max is 0, or NaN where x is infinite or NaN (as the
+// row kernels give), so softmax is 1 + d and log_softmax d. Backward: softmax_grad with the row's sum of N terms. a is
+// x (forward) or y, g unused (forward) or dy.
+// Launch: 1-D grid of 256-thread blocks striding over `rows`, by 16-byte packs when every pointer is 16-byte aligned
+// (`aligned`), the rest (or every row, unaligned) a row a thread. out may be a or g.
+template <typename T, int MODE, bool BWD, int N>
+__global__ void __launch_bounds__(256) softmax_small_rows(const T* a, const T* g, T* out, long long rows, int aligned) {
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
-  auto one = [](A x, A d) -> A {
-    if (BWD) return softmax_grad<MODE>(x, d, softmax_grad_term<MODE>(x, d));
-    const A z = x - x;
-    return MODE == SOFTMAX ? z + A(1) : z;
+  static_assert(V % N == 0, "a pack holds whole rows");
+  auto row = [](A* v, const A* d) {  // v: the row's x (forward) or y, then its result; d: dy
+    if (BWD) {
+      A c = A(0);
+#pragma unroll
+      for (int e = 0; e < N; ++e) c += softmax_grad_term<MODE>(v[e], d[e]);
+#pragma unroll
+      for (int e = 0; e < N; ++e) v[e] = softmax_grad<MODE>(v[e], d[e], c);
+    } else if (N == 1) {
+      const A z = v[0] - v[0];
+      v[0] = MODE == SOFTMAX ? z + A(1) : z;
+    } else {
+      A m = v[0], s = A(0);
+#pragma unroll
+      for (int e = 1; e < N; ++e) m = MaxOp::combine(m, v[e]);
+#pragma unroll
+      for (int e = 0; e < N; ++e) s += fast_exp<A>(v[e] - m);
+      const A inv = A(1) / s, ls = acc_log<A>(s);
+#pragma unroll
+      for (int e = 0; e < N; ++e) v[e] = softmax_out<MODE>(v[e] - m, inv, ls);
+    }
   };
   const long long stride = (long long)gridDim.x * blockDim.x, first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  const long long packs = aligned ? count / V : 0;
+  const long long packs = aligned ? rows * N / V : 0;
   for (long long i = first; i < packs; i += stride) {
     const P ap = reinterpret_cast<const P*>(a)[i];
-    P gp = ap;
-    if (BWD) gp = reinterpret_cast<const P*>(g)[i];
+    const P gp = BWD ? reinterpret_cast<const P*>(g)[i] : ap;
+    A v[V], d[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = elem<A>(ap, e), d[e] = elem<A>(gp, e);
+#pragma unroll
+    for (int r = 0; r < V; r += N) row(v + r, d + r);
     P o;
 #pragma unroll
-    for (int e = 0; e < V; e += 2)
-      store2(&o.v[e], one(elem<A>(ap, e), elem<A>(gp, e)), one(elem<A>(ap, e + 1), elem<A>(gp, e + 1)));
+    for (int e = 0; e < V; e += 2) store2(&o.v[e], v[e], v[e + 1]);
     reinterpret_cast<P*>(out)[i] = o;
   }
-  for (long long i = packs * V + first; i < count; i += stride)
-    out[i] = cast<T>(one(cast<A>(a[i]), cast<A>(BWD ? g[i] : a[i])));
+  for (long long r = packs * V / N + first; r < rows; r += stride) {
+    A v[N], d[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) v[e] = cast<A>(a[r * N + e]), d[e] = cast<A>(BWD ? g[r * N + e] : a[r * N + e]);
+    row(v, d);
+#pragma unroll
+    for (int e = 0; e < N; ++e) out[r * N + e] = cast<T>(v[e]);
+  }
 }
 
 // Short rows through shared memory ("tiled rows"): a block's ROWS = rows_per_thread * blockDim.x / GL consecutive rows

@@ -1,9 +1,9 @@
 """Device probe (issue 4, session 26): softmax / log_softmax forward and backward on short rows, the tiled kernels
 (softmax_tiled: a block's rows as one tile in shared memory) against the shifted / sub-warp row kernels (TILED off)
-and torch, about 2^24 elements a case; and rows of one element (softmax_rows_of_one) against the row kernels
-(variant "scalar") and torch. `--aligned` also tiles whole-pack rows (TILED["aligned"]); `--lanes L`: L threads a
-row at every width where compiled (TILED_LANES). `--norm`: layer_norm / rms_norm forward instead (norm_fwd_tiled
-against TILED_FWD off). us; ratio = torch / ours."""
+and torch, about 2^24 elements a case; rows of 1, 2, 4 elements (softmax_small_rows) against the row kernels
+(n = 1, variant "scalar") and the tiles (n = 2, 4). `--aligned` also tiles whole-pack rows (TILED["aligned"]); `--lanes
+L`: L threads a row at every width where compiled (TILED_LANES). `--norm`: layer_norm / rms_norm forward instead
+(norm_fwd_tiled against TILED_FWD off). us; ratio = torch / ours."""
 import argparse
 
 import torch
@@ -27,7 +27,7 @@ args = ap.parse_args()
 
 timer = Timer()
 time_us = lambda fn: timer(fn, warmup=2, min_reps=8, max_reps=15, budget_ms=60) * 1e3  # noqa: E731
-print(f"{torch.cuda.get_device_name()}; us: tiled, row kernels (TILED off), torch, floor", flush=True)
+print(f"{torch.cuda.get_device_name()}; us: ours, the other path (row kernels; small rows of 2, 4: tiles), torch, floor", flush=True)
 S.TILED["max_n"] = 1 << 20  # every width below tiled when on (no smem limit checked beyond TILE_BYTES' rows)
 S.TILED["aligned"] = args.aligned
 if args.lanes:
@@ -60,8 +60,12 @@ for dtype in args.dtypes.split(","):
         switch = N.TILED_FWD if args.norm else S.TILED
         for name, ours, ref, floor in cases:
             a = time_us(lambda: ours("auto"))
-            b = time_us(lambda: ours("scalar")) if n == 1 and not args.norm else time_us(
-                switched(switch, {"on": False}, lambda: ours("auto")))
+            if n == 1 and not args.norm:
+                b = time_us(lambda: ours("scalar"))
+            elif S.small_rows(n, dtype) and not args.norm:
+                b = time_us(switched(S.SMALL_ROWS, {"max_n": 1}, lambda: ours("auto")))
+            else:
+                b = time_us(switched(switch, {"on": False}, lambda: ours("auto")))
             r, f = time_us(ref), time_us(floor)
             print(f"{name:16s} {dtype:9s} {rows:>8d}x{n:<4d} {a:8.1f} {b:8.1f} {r:8.1f} {f:8.1f}  ratio {r / a:5.2f}"
                   f"  floor {f / a * 100:5.1f}%{'  <- torch faster' if r < a else ''}", flush=True)

@@ -288,42 +288,58 @@ SHIFTED &= set(S.SOURCE.names)  # the shifted instances softmax.py declares
 
 @gpu
 @pytest.mark.parametrize("dtype", ALL)
-def test_rows_of_one(dtype):
-    """Rows of one element take the elementwise kernel: 1 / 0 where x is finite and NaN where it is not (as torch),
-    the backward's formulas with a one-term sum; odd counts, a base off a 16-byte boundary, in place."""
+def test_small_rows(dtype):
+    """Rows of one element and rows shorter than a pack that divide it take the elementwise kernel: rows of one give
+    exactly 1 / 0 where x is finite and NaN where it is not (as torch); rows of 2 and 4 with +-inf, all -inf and NaN;
+    the backward's formulas with a sum of 1..4 terms; odd counts (a partial last pack), a base off a 16-byte
+    boundary, in place."""
     import cupy
 
-    one = {S._one_name(k, dtype, m) for k in ("fwd", "bwd") for m in S.MODES}
-    for rows in (1, 7, 4096 * rw.vec(dtype) + 3):
-        host = rng().standard_normal((rows, 1)) * 3
-        host[::5] = np.inf
-        host[1::7] = -np.inf
-        host[2::11] = np.nan
-        for skew in (0, 1):
-            flat = cupy.empty(rows + skew, dtype=cupy_array(host[:1], dtype).dtype)
-            x = flat[skew:].reshape(rows, 1)
-            x[...] = cupy_array(host, dtype)
-            xv = rounded(host, dtype)
-            for mode, ref, grad in (("softmax", ref_softmax, ref_softmax_grad),
-                                    ("log_softmax", ref_log_softmax, ref_log_softmax_grad)):
-                want = ref(xv)
-                got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
-                np.testing.assert_array_equal(to_f64(got), want)  # exactly 1 / 0 / NaN
-                assert used <= one and used, used
-                dy, dyv = make((rows, 1), dtype)
-                got = to_f64(softmax_backward_impl(cupy_array(want, dtype), dy, -1, mode))
-                assert close_everywhere(np.nan_to_num(got, nan=7.0), np.nan_to_num(grad(want, dyv), nan=7.0), dtype)
-            x2 = x.copy()
-            assert ck.softmax_(x2) is x2
-            np.testing.assert_array_equal(to_f64(x2), ref_softmax(xv))
+    def same(got, want, n):  # NaN and +-inf where the reference has them, the rest close
+        got = to_f64(got)
+        if n == 1:
+            return np.array_equal(got, want, equal_nan=True)  # exactly 1 / 0 / NaN
+        fin = np.isfinite(want)
+        return ((np.isnan(got) == np.isnan(want)).all() and (got[np.isinf(want)] == want[np.isinf(want)]).all()
+                and (not fin.any() or close_everywhere(got[fin], want[fin], dtype)))
+
+    for n in S.small_lengths(dtype):
+        small = {S._small_name(k, dtype, m, n) for k in ("fwd", "bwd") for m in S.MODES}
+        for rows in (1, 7, 4096 * rw.vec(dtype) + 3):
+            host = rng().standard_normal((rows, n)) * 3
+            host[::5, 0] = np.inf
+            host[1::7, -1] = -np.inf
+            host[2::11, 0] = np.nan
+            host[3::13] = -np.inf
+            for skew in (0, 1):
+                flat = cupy.empty(rows * n + skew, dtype=cupy_array(host[:1], dtype).dtype)
+                x = flat[skew:].reshape(rows, n)
+                x[...] = cupy_array(host, dtype)
+                xv = rounded(host, dtype)
+                for mode, ref, grad in (("softmax", ref_softmax, ref_softmax_grad),
+                                        ("log_softmax", ref_log_softmax, ref_log_softmax_grad)):
+                    want = ref(xv)
+                    got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
+                    assert same(got, want, n), (n, rows, skew, mode)
+                    assert used <= small and used, used
+                    y = rounded(want, dtype)
+                    dy, dyv = make((rows, n), dtype)
+                    got, used = kernels_of(S.SOURCE, lambda: softmax_backward_impl(cupy_array(y, dtype), dy, -1, mode))
+                    assert close_everywhere(np.nan_to_num(to_f64(got), nan=7.0),
+                                            np.nan_to_num(grad(y, dyv), nan=7.0), dtype, 2), (n, rows, skew, mode)
+                    assert used <= small and used, used
+                x2 = x.copy()
+                assert ck.softmax_(x2) is x2
+                assert same(x2, ref_softmax(xv), n), (n, rows, skew, "in place")
 
 
 @gpu
 @pytest.mark.parametrize("dtype", ALL)
-def test_tiled_rows(dtype):
+def test_tiled_rows(dtype, monkeypatch):
     """Short rows that are not whole packs take softmax_tiled (a block's rows as one tile in shared memory): lengths
-    from 2 to past TILED's limit, fewer rows than a tile, several tiles and a last one in part; forward, backward,
-    in place, each element against float64; -inf, all -inf and NaN rows."""
+    from 2 (rows of two: the small rows' switch off) to past TILED's limit, fewer rows than a tile, several tiles and
+    a last one in part; forward, backward, in place, each element against float64; -inf, all -inf and NaN rows."""
+    monkeypatch.setitem(S.SMALL_ROWS, "max_n", 1)
     V = rw.vec(dtype)
     tiled = {S._tiled_name(k, dtype, m, g) for k in ("fwd", "bwd") for m in S.MODES
              for g in S.TILED_LANES[rw.ITEMSIZE[dtype]]}
@@ -362,6 +378,7 @@ def test_tiled_rows(dtype):
 def test_tiled_rows_every_lane_count(dtype, monkeypatch):
     """Every compiled lane count (TILED["lanes"] forced) on short and long tiled rows: spans of lanes that start at odd
     elements, spans of one element, empty spans (a row shorter than the lanes' starts); forward and backward."""
+    monkeypatch.setitem(S.SMALL_ROWS, "max_n", 1)  # rows of two tiled too
     for lanes in S.TILED_LANES[rw.ITEMSIZE[dtype]]:
         monkeypatch.setitem(S.TILED, "lanes", lanes)
         for n in (2, 3, 33, 65, 127):

@@ -45,13 +45,26 @@ WIDE_BWD = {"on": True}
 WIDE_BWD_MAX = 32768
 
 
-# Rows of one element take an elementwise kernel (softmax_rows_of_one): the row kernels spent a group's per-row
-# instructions on each element (H100, 2^24 rows: 215-270 us against torch's 43-57, the floor 21-42).
-ONE_THREADS, ONE_BLOCKS_PER_SM = 256, 8
+# Rows of one element, and rows shorter than a 16-byte pack that divide it (2 float32, 2 or 4 half), take an
+# elementwise kernel (softmax_small_rows: a thread's pack holds whole rows): the row kernels spent a group's per-row
+# instructions on each element (H100, 2^24 rows of one: 215-270 us against torch's 43-57, the floor 21-42), the
+# tiles' shared-memory round trip left bf16 rows of two at 48.0 us and of four at 35.3 (torch 43.3 / 45.2, the floor
+# 21). max_n 1 sends rows of 2 and 4 to the tiles (probes, tests).
+SMALL_ROWS = {"max_n": 4}
+SMALL_THREADS, SMALL_BLOCKS_PER_SM = 256, 8
 
 
-def _one_name(kind: str, dtype: str, mode: str) -> str:
-    return f"softmax_rows_of_one<{CTYPES[dtype]}, {MODES[mode]}, {'true' if kind == 'bwd' else 'false'}>"
+def small_lengths(dtype: str) -> list[int]:
+    """The row lengths softmax_small_rows is compiled for."""
+    return [n for n in (1, 2, 4) if n == 1 or (n < rw.vec(dtype) and rw.vec(dtype) % n == 0)]
+
+
+def small_rows(n: int, dtype: str) -> bool:
+    return n <= SMALL_ROWS["max_n"] and n in small_lengths(dtype)
+
+
+def _small_name(kind: str, dtype: str, mode: str, n: int) -> str:
+    return f"softmax_small_rows<{CTYPES[dtype]}, {MODES[mode]}, {'true' if kind == 'bwd' else 'false'}, {n}>"
 
 
 # Short rows that are not whole packs take the tiled kernels (softmax_tiled: a block's rows as one tile of 16-byte
@@ -126,7 +139,8 @@ SOURCE.declare([_name(k, t, m, shift=sh) for k in ("fwd", "bwd") for t in FLOAT_
                + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES] + [rw.ZERO_WORDS]
                + [_parts_name(m, t, k, SHIFTED_PARTS_PACKS, shift=True) for k in ("fwd", "bwd")
                   for t in rw.STAGE_FWD_DTYPES for m in MODES]
-               + [_one_name(k, t, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES]
+               + [_small_name(k, t, m, n) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES
+                  for n in small_lengths(t)]
                + [_tiled_name(k, t, m, g) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES
                   for g in TILED_LANES[rw.ITEMSIZE[t]]])
 
@@ -161,12 +175,13 @@ def staged_bwd(p, dtype: str, al: int, rows: int, n: int, sm_count: int) -> bool
     return not (full and rows >= STAGE_BWD_FULL_STEPS * 2 * sm_count)
 
 
-def _launch_rows_of_one(kind, mode, dtype, srcs, out, rows):
+def _launch_small_rows(kind, mode, dtype, srcs, out, rows, n):
     al = rw.pointers_aligned(*srcs, out)
-    work = rows // rw.vec(dtype) if al else rows
-    grid = max(1, min(ceil_div(work, ONE_THREADS), ONE_BLOCKS_PER_SM * current().sm_count))
+    work = rows * n // rw.vec(dtype) if al else rows
+    grid = max(1, min(ceil_div(work, SMALL_THREADS), SMALL_BLOCKS_PER_SM * current().sm_count))
     a, g = srcs if kind == "bwd" else (srcs[0], srcs[0])
-    SOURCE.kernel(_one_name(kind, dtype, mode))((grid,), (ONE_THREADS,), (a, g, out, np.int64(rows), np.int32(al)))
+    SOURCE.kernel(_small_name(kind, dtype, mode, n))((grid,), (SMALL_THREADS,),
+                                                     (a, g, out, np.int64(rows), np.int32(al)))
 
 
 def _launch_tiled(kind, mode, dtype, srcs, out, rows, n):
@@ -178,9 +193,9 @@ def _launch_tiled(kind, mode, dtype, srcs, out, rows, n):
 
 
 def _launch(call, kind, mode, dtype, srcs, out, rows, n, variant="auto"):
-    if n == 1 and variant == "auto":
-        return _launch_rows_of_one(kind, mode, dtype, srcs, out, rows)
-    if rw.tiled_rows(TILED, n, rw.aligned(n, dtype, *srcs, out), variant, *srcs, out):  # (n > 1: rows of one above)
+    if variant == "auto" and small_rows(n, dtype):
+        return _launch_small_rows(kind, mode, dtype, srcs, out, rows, n)
+    if rw.tiled_rows(TILED, n, rw.aligned(n, dtype, *srcs, out), variant, *srcs, out):  # (shorter rows: above)
         return _launch_tiled(kind, mode, dtype, srcs, out, rows, n)
     long_rows = "exchange" if variant == "counter" else variant if variant in ("split", "exchange") else None
     args = dict(force=variant if variant == "block" else None, long_rows=long_rows)
