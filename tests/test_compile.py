@@ -29,7 +29,7 @@ def test_offline_compile(name, arch):
 
 
 def test_ptxas_log_spills_stay_with_their_kernel():
-    from cupy_kernels._runtime.kernels import parse_ptxas_log
+    from cupy_kernels._runtime.offline import parse_ptxas_log
 
     log = """ptxas info    : Compiling entry function '_Z1kv' for 'sm_90'
 ptxas info    : Function properties for _Z1kv

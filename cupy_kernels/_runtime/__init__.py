@@ -1,7 +1,8 @@
 """The mechanisms every op shares, each once: sources, compilation, geometry, interop."""
 from .bridge import Call, cupy_dtype, describe, dtype_name, is_cupy, is_torch, to_cupy, to_torch
 from .device import DeviceProps, ceil_div, current, properties, resident_blocks, use_shared_memory
-from .kernels import KernelCompileError, KernelReport, KernelSource, compile_offline
+from .kernels import KernelCompileError, KernelSource
+from .offline import KernelReport, compile_offline
 from .sources import all_sources, cu_src_dir, cuda_include_dir, read_source
 from .tma import launch, tensor_map_2d
 
