@@ -1,17 +1,14 @@
 """cupy-kernels: hand-written CUDA C kernels for CuPy arrays and PyTorch tensors.
 
-Every op takes a cupy.ndarray or a CUDA torch.Tensor and returns the same kind (zero-copy through
-DLPack), launched on the caller's current stream. Kernels compile at first use (NVRTC, cached on
-disk by CuPy); `python -m cupy_kernels check` compiles all of them offline, without a GPU.
+Every op takes a cupy.ndarray or a CUDA torch.Tensor and returns the same kind (zero-copy), launched on the
+caller's current stream. A kernel instance compiles the first time a call needs it (NVRTC) and is cached on
+disk; `python -m cupy_kernels check` compiles all of them offline, without a GPU, and
+`python -m cupy_kernels warmup` fills the cache ahead of time.
 """
 from ._runtime import KernelCompileError
-from .ops.reduce import max, mean, min, sum, sum_ladder
-from .ops.pad import pad
-from .ops.softmax import log_softmax, log_softmax_backward, softmax, softmax_, softmax_backward
-from .ops.norm import (layer_norm, layer_norm_, layer_norm_backward, layer_norm_forward, rms_norm, rms_norm_,
-                       rms_norm_backward, rms_norm_forward)
-from .ops.timex import timex, timex_backward
-from .ops.square_matmul import linear_, square_matmul_
+from .api import (layer_norm, layer_norm_, layer_norm_backward, layer_norm_forward, linear_, log_softmax,
+                  log_softmax_backward, max, mean, min, pad, rms_norm, rms_norm_, rms_norm_backward, rms_norm_forward,
+                  softmax, softmax_, softmax_backward, square_matmul_, sum, sum_ladder, timex, timex_backward)
 
 __version__ = "0.1.0"
 __all__ = ["KernelCompileError", "pad", "sum", "mean", "max", "min", "sum_ladder",
@@ -22,8 +19,13 @@ __all__ = ["KernelCompileError", "pad", "sum", "mean", "max", "min", "sum_ladder
 
 
 def load_all_kernels() -> None:
-    """Compile and load every kernel on the current device now (do this before CUDA graph capture)."""
+    """Compile and load every declared kernel instance on the current device (slow: thousands of instances).
+    Before a CUDA graph capture a warm-up call of each op on the capturing stream is enough."""
+    import cupy
+
     from ._runtime import KernelSource
 
+    device = cupy.cuda.runtime.getDevice()
     for source in KernelSource.registry.values():
-        source.load_all()
+        for name in source.names:
+            source.kernel(name).function(device)

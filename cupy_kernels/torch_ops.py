@@ -37,43 +37,78 @@ def run_inplace(x, tensors, kernels, custom_op):
     else:
         custom_op()
 
-# ---- reductions -------------------------------------------------------------------------------
+# ---- reductions ------------------------------------------------------------------------------------------
+# Eager calls run the kernels directly, under autograd through _Reduce (an autograd.Function); traced calls
+# (torch.compile, fake tensors, modes) see the custom op cupy_kernels::<op>, whose autograd is the same.
+
+
+def _reduce_axes(ndim, dims):
+    return tuple(range(ndim)) if dims is None else tuple(sorted(d % max(ndim, 1) for d in dims)) if ndim else ()
 
 
 def _reduce_meta(op, x, dims, keepdim):
-    axes = tuple(range(x.dim())) if dims is None else tuple(sorted(d % x.dim() for d in dims))
+    axes = _reduce_axes(x.dim(), dims)
     shape = _reduce.output_shape(tuple(x.shape), axes, keepdim)
     dtype = getattr(torch, _reduce.result_dtype(op, str(x.dtype).removeprefix("torch.")))
-    return x.new_empty(shape, dtype=dtype), axes
+    return x.new_empty(shape, dtype=dtype)
+
+
+def _reduce_grad(op, shape, x, y, grad, dims, keepdim):
+    """d(op)/dx for an input of `shape`: the output gradient broadcast over the reduced axes; mean divides by the
+    count; max / min (x and the result y given) share it evenly among the elements equal to the result (torch.amax's
+    rule)."""
+    axes = _reduce_axes(len(shape), dims)
+    kept = _reduce.output_shape(shape, axes, True)
+    g = grad.reshape(kept)
+    if op == "sum":
+        return g.expand(shape)
+    if op == "mean":
+        return g.expand(shape) / math.prod(shape[a] for a in axes)
+    hit = x == y.reshape(kept)
+    count = hit.sum(dim=axes, keepdim=True) if axes else hit.to(torch.int64)
+    return torch.where(hit, g / count, torch.zeros((), dtype=g.dtype, device=g.device))
+
+
+class _Reduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, op, dims, keepdim):
+        y = _reduce.reduce_impl(op, x, dims, keepdim)
+        _reduce_setup(ctx, op, x, y, dims, keepdim)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _reduce_backward(ctx, grad), None, None, None
+
+
+def _reduce_setup(ctx, op, x, y, dims, keepdim):
+    ctx.op, ctx.shape, ctx.dims, ctx.keepdim = op, tuple(x.shape), dims, keepdim
+    if op in ("max", "min"):
+        ctx.save_for_backward(x, y)  # sum and mean need only the shape
+
+
+def _reduce_backward(ctx, grad):
+    x, y = ctx.saved_tensors if ctx.op in ("max", "min") else (None, None)
+    return _reduce_grad(ctx.op, ctx.shape, x, y, grad, ctx.dims, ctx.keepdim)
 
 
 def _register_reduce(op):
-    name = f"cupy_kernels::{op}"
-
-    @torch.library.custom_op(name, mutates_args=())
+    @torch.library.custom_op(f"cupy_kernels::{op}", mutates_args=())
     def impl(x: torch.Tensor, dims: Optional[list[int]], keepdim: bool) -> torch.Tensor:
         return _reduce.reduce_impl(op, x, None if dims is None else tuple(dims), keepdim)
 
     @impl.register_fake
     def _(x, dims, keepdim):
-        return _reduce_meta(op, x, dims, keepdim)[0]
+        return _reduce_meta(op, x, dims, keepdim)
 
-    if op in ("sum", "mean"):
-        def setup_context(ctx, inputs, output):
-            x, dims, keepdim = inputs
-            ctx.shape = tuple(x.shape)
-            ctx.axes = _reduce_meta(op, x, dims, keepdim)[1]
-            ctx.keepdim = keepdim
+    def setup_context(ctx, inputs, output):
+        x, dims, keepdim = inputs
+        _reduce_setup(ctx, op, x, output, dims, keepdim)
 
-        def backward(ctx, grad):
-            # d(sum)/dx is a broadcast of the output gradient; mean divides by the count.
-            shape = _reduce.output_shape(ctx.shape, ctx.axes, True)
-            g = grad.reshape(shape).expand(ctx.shape)
-            if op == "mean":
-                g = g / math.prod(ctx.shape[a] for a in ctx.axes)
-            return g, None, None
+    def backward(ctx, grad):
+        return _reduce_backward(ctx, grad), None, None
 
-        impl.register_autograd(backward, setup_context=setup_context)
+    impl.register_autograd(backward, setup_context=setup_context)
     return impl
 
 
@@ -81,15 +116,22 @@ _REDUCE_OPS = {op: _register_reduce(op) for op in _reduce.OPS}
 
 
 def reduce(op, x, axis, keepdims):
-    dims = None if axis is None else list(axis) if isinstance(axis, (tuple, list)) else [axis]
-    if plain_eager(x):
-        return _reduce.reduce_impl(op, x, None if dims is None else tuple(dims), bool(keepdims))
-    return _REDUCE_OPS[op](x, dims, bool(keepdims))
+    dims = None if axis is None else tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    keepdims = bool(keepdims)
+    if untraced(x):
+        if torch.is_grad_enabled() and x.requires_grad:
+            return _Reduce.apply(x, op, dims, keepdims)
+        return _reduce.reduce_impl(op, x, dims, keepdims)
+    return _REDUCE_OPS[op](x, None if dims is None else list(dims), keepdims)
 
 
-# ---- softmax, log_softmax, softmax_ (ops/softmax.py) ------------------------------------------
+# ---- softmax, log_softmax, softmax_ (ops/softmax.py) ------------------------------------------------------
 from .ops import norm as _norm  # noqa: E402
 from .ops import softmax as _softmax  # noqa: E402
+
+
+def _mode(log: bool) -> str:
+    return "log_softmax" if log else "softmax"
 
 
 def _dim(x, axis, op):
@@ -101,23 +143,9 @@ def _dim(x, axis, op):
     return axis % nd
 
 
-def _last(t, dim):
-    """t with `dim` moved last, C-contiguous (a view when it already is)."""
-    return (t if t.dim() == 0 or dim == t.dim() - 1 else t.movedim(dim, -1)).contiguous()
-
-
-def _back(t, dim, ndim):
-    return t if ndim == 0 or dim == ndim - 1 else t.movedim(-1, dim).contiguous()
-
-
 @torch.library.custom_op("cupy_kernels::softmax", mutates_args=())
 def _softmax_op(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
-    return _softmax_fwd(x, dim, log)
-
-
-def _softmax_fwd(x, dim, log):
-    y = _softmax.softmax_impl(_last(x, dim), -1, "log_softmax" if log else "softmax")
-    return _back(y, dim, x.dim())
+    return _softmax.softmax_impl(x, dim, _mode(log))
 
 
 @_softmax_op.register_fake
@@ -127,8 +155,7 @@ def _(x, dim, log):
 
 @torch.library.custom_op("cupy_kernels::softmax_backward", mutates_args=())
 def _softmax_bwd_op(y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
-    dx = _softmax.softmax_backward_impl(_last(y, dim), _last(dy, dim), -1, "log_softmax" if log else "softmax")
-    return _back(dx, dim, y.dim())
+    return _softmax.softmax_backward_impl(y, dy, dim, _mode(log))
 
 
 @_softmax_bwd_op.register_fake
@@ -147,6 +174,43 @@ def _softmax_backward(ctx, dy):
 
 
 _softmax_op.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+
+
+class _Softmax(torch.autograd.Function):
+    """Eager softmax / log_softmax under autograd: the backward needs only the output."""
+
+    @staticmethod
+    def forward(ctx, x, dim, log):
+        y = _softmax.softmax_impl(x, dim, _mode(log))
+        _softmax_setup(ctx, (x, dim, log), y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return _softmax.softmax_backward_impl(y, dy, ctx.dim, _mode(ctx.log)), None, None
+
+
+def _softmax_call(x, axis, dtype, log):
+    op = _mode(log)
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"{op}: dtype must be a floating torch.dtype; got {dtype!r}")
+        x = x.to(dtype)  # torch's rule: the input is cast before the op (autograd flows through the cast)
+    dim = _dim(x, axis, op)
+    if untraced(x):
+        if torch.is_grad_enabled() and x.requires_grad:
+            return _Softmax.apply(x, dim, log)
+        return _softmax.softmax_impl(x, dim, op)
+    return _softmax_op(x, dim, log)
+
+
+def softmax(x, axis=-1, dtype=None):
+    return _softmax_call(x, axis, dtype, False)
+
+
+def log_softmax(x, axis=-1, dtype=None):
+    return _softmax_call(x, axis, dtype, True)
 
 
 @torch.library.custom_op("cupy_kernels::softmax_inplace", mutates_args=("x",))
@@ -170,7 +234,10 @@ class _SoftmaxInplace(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x):
-        _softmax_inplace_op(x)
+        if untraced(x):
+            _softmax.softmax_inplace_impl(x, -1)
+        else:
+            _softmax_inplace_op(x)
         ctx.mark_dirty(x)
         ctx.save_for_backward(x)
         return x
@@ -178,17 +245,10 @@ class _SoftmaxInplace(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        return _softmax_bwd_op(y, dy, y.dim() - 1 if y.dim() else 0, False)
-
-
-def softmax(x, axis=-1):
-    dim = _dim(x, axis, "softmax")
-    return _softmax_fwd(x, dim, False) if plain_eager(x) else _softmax_op(x, dim, False)
-
-
-def log_softmax(x, axis=-1):
-    dim = _dim(x, axis, "log_softmax")
-    return _softmax_fwd(x, dim, True) if plain_eager(x) else _softmax_op(x, dim, True)
+        dim = y.dim() - 1 if y.dim() else 0
+        if untraced(y, dy):
+            return _softmax.softmax_backward_impl(y, dy, dim, "softmax")
+        return _softmax_bwd_op(y, dy, dim, False)
 
 
 def softmax_(x, axis=-1):

@@ -1,17 +1,18 @@
-"""The mechanisms every op shares, each once: sources, compilation, geometry, interop."""
-from .bridge import Call, cupy_dtype, describe, dtype_name, is_cupy, is_torch, to_cupy, to_torch
+"""The mechanisms every op shares, each once: sources, compilation, geometry, the launch path, interop."""
+from .bridge import CUPY, TORCH, check_like, describe, is_cupy, is_torch, kind_of, to_cupy, to_torch
 from .device import DeviceProps, ceil_div, current, properties, resident_blocks, use_shared_memory
-from .kernels import KernelCompileError, KernelSource
+from .dtypes import (ACC, ACC_SCALAR, CTYPES, FLOAT_DTYPES, HALF_DTYPES, ITEMSIZE, UNSIGNED_CTYPES, dtype_name,
+                     numpy_dtype, vec)
+from .kernels import Kernel, KernelCompileError, KernelSource
+from .launch import Buffer, Deferred, Plan, PlanBuilder, aligned, alignment
+from .legacy import Call, cupy_dtype
 from .offline import KernelReport, compile_offline
 from .sources import all_sources, cu_src_dir, cuda_include_dir, read_source
-from .tma import launch, tensor_map_2d
+from .tma import max_active_clusters, tensor_map_2d
 
-# C type of each dtype name, for template arguments.
-CTYPES = {
-    "float16": "half", "bfloat16": "bfloat16", "float32": "float", "float64": "double",
-    "int32": "int", "int64": "long long",
-}
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+def launch(*args, **kwargs):  # transitional: ops not yet on plans
+    raise NotImplementedError("the direct launch path is gone: plan the launch (PlanBuilder)")
 
 
 def normalize_axes(axis, ndim: int, op: str) -> tuple[int, ...]:

@@ -43,9 +43,10 @@ def properties(device_id: int) -> DeviceProps:
 
 
 def current() -> DeviceProps:
+    """The properties of CuPy's current device (a plan is built with its device current)."""
     import cupy
 
-    return properties(cupy.cuda.Device().id)
+    return properties(cupy.cuda.runtime.getDevice())
 
 
 _occupancy: dict = {}
@@ -55,12 +56,12 @@ def resident_blocks(kernel, threads: int, dynamic_smem: int = 0) -> int:
     """Blocks of `kernel` that fit on the whole chip at once (the driver's occupancy calculator:
     registers, shared memory and thread limits), i.e. one full wave."""
     props = current()
-    key = (kernel.kernel.ptr, props.id, threads, dynamic_smem)  # the CUfunction: id(kernel) is recycled
+    key = (kernel.ptr, props.id, threads, dynamic_smem)  # the CUfunction: id(kernel) is recycled
     n = _occupancy.get(key)
     if n is None:
         from cupy_backends.cuda.api import driver
 
-        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, dynamic_smem)
+        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, dynamic_smem)
         n = _occupancy[key] = max(1, per_sm) * props.sm_count
     return n
 
@@ -74,7 +75,7 @@ def use_shared_memory(kernel, nbytes: int, what: str = "kernel") -> None:
     of the driver each time."""
     if nbytes <= 0:
         return
-    fn = getattr(getattr(kernel, "kernel", kernel), "ptr", None)
+    fn = kernel.ptr
     if fn is not None and _shared_optin.get(fn, 0) >= nbytes:
         return
     total = nbytes + getattr(kernel, "shared_size_bytes", 0)  # the default window holds static + dynamic

@@ -93,7 +93,7 @@ def _fwd_tiled(dtype, mode):
 
 
 def _parts(dtype, mode, full=False):
-    return f"norm_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {rw.PARTS_PACKS['norm']}{', true' if full else ''}>"
+    return f"norm_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {rw.TUNING.parts_packs_norm}{', true' if full else ''}>"
 
 
 def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True, group=0, full=False, shift=False):
@@ -452,7 +452,7 @@ def _forward(call, x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, vari
                 occupancy=rw.occupancy(kernel, name), **args)
     acc = rw.ACC[dtype]
     pp = variant == "auto" and rw.pipelined_plan(
-        SOURCE, _parts(dtype, mode), rows, n, dtype, al, rw.PARTS_PACKS["norm"], p.threads,
+        SOURCE, _parts(dtype, mode), rows, n, dtype, al, rw.TUNING.parts_packs_norm, p.threads,
         full_name=_parts(dtype, mode, True) if FULL_PARTS["on"] else None)
     if pp:
         kernel, p, smem = pp
@@ -670,66 +670,3 @@ def _copy(call, a, dtype):
     out = call.empty(a.shape, dtype)
     out[...] = a
     return out
-
-
-# ---- public API: torch tensors go through the custom ops (autograd, torch.compile) -------------
-
-
-def layer_norm(x, weight=None, bias=None, eps=1e-5):
-    """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension (torch semantics)."""
-    if is_torch(x):
-        from .. import torch_ops
-
-        return torch_ops.layer_norm(x, weight, bias, eps)
-    return norm_forward_impl(x, weight, bias, eps, "layer_norm", save_stats=False)[0]
-
-
-def rms_norm(x, weight=None, eps=1e-6):
-    """x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
-    if is_torch(x):
-        from .. import torch_ops
-
-        return torch_ops.rms_norm(x, weight, eps)
-    return norm_forward_impl(x, weight, None, eps, "rms_norm", save_stats=False)[0]
-
-
-def layer_norm_(x, weight=None, bias=None, eps=1e-5):
-    """layer_norm written into x (C-contiguous); returns x. Under torch autograd the backward
-    recomputes the normalised input from the output, so weight must have no zero entry (raises)."""
-    if is_torch(x):
-        from .. import torch_ops
-
-        return torch_ops.layer_norm_(x, weight, bias, eps)
-    return norm_forward_impl(x, weight, bias, eps, "layer_norm", inplace=True, save_stats=False)[0]
-
-
-def rms_norm_(x, weight=None, eps=1e-6):
-    """rms_norm written into x (C-contiguous); returns x (see layer_norm_ for autograd)."""
-    if is_torch(x):
-        from .. import torch_ops
-
-        return torch_ops.rms_norm_(x, weight, eps)
-    return norm_forward_impl(x, weight, None, eps, "rms_norm", inplace=True, save_stats=False)[0]
-
-
-def layer_norm_forward(x, weight=None, bias=None, eps=1e-5, inplace=False):
-    """(y, mean, rstd): the output and the float32 (float64) row statistics the backward needs."""
-    return norm_forward_impl(x, weight, bias, eps, "layer_norm", inplace=inplace)
-
-
-def rms_norm_forward(x, weight=None, eps=1e-6, inplace=False):
-    """(y, rstd)."""
-    y, _, rstd = norm_forward_impl(x, weight, None, eps, "rms_norm", inplace=inplace)
-    return y, rstd
-
-
-def layer_norm_backward(dy, x, weight=None, bias=None, mean=None, rstd=None, from_output=False):
-    """(dx, dweight, dbias) from the forward input x (with mean, rstd) or, with from_output=True,
-    from the forward output y (with rstd; weight without zero entries)."""
-    return norm_backward_impl(dy, x, weight, bias, mean, rstd, "layer_norm", from_output)
-
-
-def rms_norm_backward(dy, x, weight=None, rstd=None, from_output=False):
-    """(dx, dweight) from the forward input x (or the output y with from_output=True) and rstd."""
-    dx, dw, _ = norm_backward_impl(dy, x, weight, None, None, rstd, "rms_norm", from_output)
-    return dx, dw

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._runtime import Call, KernelSource, ceil_div, cupy_dtype, current, dtype_name, is_torch, resident_blocks
+from .._runtime import Call, KernelSource, kind_of, ceil_div, cupy_dtype, current, dtype_name, is_torch, resident_blocks
 
 SOURCE = KernelSource("pad.cu")
 MODES = ("constant", "edge", "reflect", "symmetric", "wrap", "brick")
@@ -406,6 +406,8 @@ _SPECS: dict = {}  # argument key -> Spec: repeated calls skip the validation (h
 
 
 def spec_for(x, pad_width, mode="constant", constant_values=0, stagger=0) -> Spec:
+    """The validated Spec of a pad call (cached by its arguments: repeated calls skip the validation)."""
+    kind_of(x, "pad")  # a CUDA tensor or a CuPy array, else the TypeError naming x
     dt = dtype_name(x)
     if dt not in DTYPES:
         raise TypeError(f"pad: x has dtype {dt}; expected one of {', '.join(DTYPES)}")
@@ -421,18 +423,6 @@ def spec_for(x, pad_width, mode="constant", constant_values=0, stagger=0) -> Spe
                 _SPECS.clear()
             _SPECS[key] = spec
     return spec
-
-
-def pad(x, pad_width, mode="constant", constant_values=0, stagger=0):
-    """numpy.pad for a CuPy array or a CUDA torch tensor (torch: autograd through our backward)."""
-    if not (is_torch(x) or hasattr(x, "__cuda_array_interface__")):
-        Call("pad", x)  # raises the usual TypeError naming x
-    spec = spec_for(x, pad_width, mode, constant_values, stagger)
-    if is_torch(x):
-        from .. import torch_ops
-
-        return torch_ops.pad(x, spec)
-    return pad_impl(x, spec)
 
 
 def pad_impl(x, spec: Spec, rung: str = "default"):

@@ -289,28 +289,3 @@ def _launch(kernel, threads, smem, geometry, lead, a2, bc, extra=(), by_value=Fa
         launch(kernel, grid, threads, args, smem, cluster)
     else:
         kernel((grid,), (threads,), args, shared_mem=smem)
-
-
-# ---- public API: torch tensors go through the custom op ------------------------------------------
-
-
-def square_matmul_(a, w, transpose=False):
-    """a <- a @ w (a @ w.T with transpose=True), in place; returns a. `a` of shape (..., n), C-contiguous;
-    `w` of shape (n, n), the same dtype (float32, float16, bfloat16; float32 is exact FP32, half types
-    accumulate in float32 on the tensor cores). Torch tensors: inference only (a tensor that requires
-    grad raises while grad mode is on)."""
-    if is_torch(a):
-        from .. import torch_ops
-
-        return torch_ops.square_matmul_(a, w, transpose)
-    return square_matmul_impl(a, w, transpose)
-
-
-def linear_(x, weight, bias=None):
-    """In-place nn.Linear for a square weight: x <- x @ weight.T + bias (weight (n, n), bias (n,) or None);
-    returns x."""
-    if is_torch(x):
-        from .. import torch_ops
-
-        return torch_ops.linear_(x, weight, bias)
-    return square_matmul_impl(x, weight, True, bias, op="linear_")

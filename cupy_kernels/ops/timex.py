@@ -186,22 +186,9 @@ def _inputs(call, op, w, k, g=None):
 # ---- forward ------------------------------------------------------------------------------------
 
 
-def timex(w, k, eps: float = 0.0, *, variant: str = "auto"):
-    """out[b,c,t] = eps + sum_{u<=t} w[c,T-1-t+u] * k[b,c,u] for w (C, T) and k (B, C, T).
-
-    CuPy arrays or CUDA torch tensors (float32, float16, bfloat16, float64); returns the same kind,
-    shape (B, C, T), C-contiguous, in the input dtype (float32 accumulation for half types). Torch
-    tensors go through the `cupy_kernels::timex` custom op (autograd runs our backward kernels). `variant`
-    picks a rung of the ladder or 'tf32x3' (tensor cores, split-precision TF32, float32 only; 'auto'
-    takes it where tf32x3_auto says so): see VARIANTS and docs/timex.md.
-    """
+def check_variant(variant: str) -> None:
     if variant not in VARIANTS:
         raise ValueError(f"timex: variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
-    if is_torch(k):
-        from .. import torch_ops
-
-        return torch_ops.timex(w, k, eps, variant)
-    return timex_impl(w, k, eps, variant)
 
 
 def timex_impl(w, k, eps: float = 0.0, variant: str = "auto"):
@@ -313,18 +300,9 @@ def _seed_rung(variant, dtype, w, ldw, k, out, eps, B, C, T):
 # ---- backward -----------------------------------------------------------------------------------
 
 
-def timex_backward(w, k, grad_out, *, variant: str = "auto"):
-    """(grad_w, grad_k) of timex for the output gradient grad_out (B, C, T); eps gets no gradient.
-
-    grad_k[b,c,u] = sum_{t>=u} grad_out[b,c,t] w[c,T-1-t+u];
-    grad_w[c,T-1-d] = sum_b sum_{t>=d} grad_out[b,c,t] k[b,c,t-d] (reduced over b inside the kernel).
-    Both come C-contiguous in the input dtype. variant: 'auto' (each gradient's tf32x3 kernel where
-    tf32x3_auto says so, else tiled), 'tiled' (the SIMT kernels), 'tf32x3' (both gradients on the tensor cores in split-precision
-    TF32, float32 only; grad_w through a workspace of ~2*C*T floats) or 'naive'.
-    """
+def check_backward_variant(variant: str) -> None:
     if variant not in BACKWARD_VARIANTS:
         raise ValueError(f"timex_backward: variant must be one of {', '.join(BACKWARD_VARIANTS)}; got {variant!r}")
-    return timex_backward_impl(w, k, grad_out, variant)
 
 
 def backward_variant(variant: str) -> str:
