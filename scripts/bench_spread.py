@@ -1,5 +1,7 @@
-"""Ours vs the fastest torch row per case across benchmark runs (JSON files from `bench --out DIR`):
-ours ms in each run, spread, fraction of copy and x torch of the best run. Usage: bench_spread.py A.json B.json ..."""
+"""Compare benchmark runs: ours against the fastest torch row, case by case, across JSON results.
+
+Prints ours ms in each run, the spread between runs, the best run's fraction of copy and x torch (worst run).
+Usage: python scripts/bench_spread.py A.json B.json ...   (JSON files from `python -m cupy_kernels bench --out DIR`)"""
 import json
 import sys
 

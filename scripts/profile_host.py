@@ -1,6 +1,7 @@
-"""Host time of torch calls (device tool): small shapes so the GPU never holds the host back; prints the
-mean host microseconds per call and the functions that take it (cProfile, by own time).
-Usage: python3 scripts/profile_host.py [top]"""
+"""Host time of torch calls: microseconds per eager call and where they go (cProfile, by own time).
+
+Small shapes, so the GPU never holds the host back.
+Usage (on a GPU machine, from the repository root): PYTHONPATH=. python scripts/profile_host.py [top]"""
 import cProfile
 import pstats
 import sys

@@ -1,12 +1,11 @@
-"""Side-by-side check of square_matmul_ kernels against cuBLAS with the order rotated (issue 5).
+"""square_matmul_'s Hopper kernels (tma_cluster, tma) against cuBLAS, timed side by side with the order rotated.
 
-The benchmark times each implementation in one block of repetitions, one after another, so whichever
-runs later inherits the clock / power state the earlier ones left: the committed fp16 n = 4096 cuBLAS
-figure moved between 2.73 and 3.51 ms over three runs. Here every (n, dtype) runs ROUNDS rounds; a round
-times each implementation for REPS repetitions (the benchmark's Timer: read flush + 0.5 ms device wait
-before each repetition, median), in an order rotated every round, so each one runs first, middle and last
-equally often. Prints per implementation the median over rounds (and min / max), and per round the ratio
-cuBLAS / ours, whose median is the side-by-side figure. Usage: square_matmul_ab.py [ROUNDS] [REPS]"""
+The benchmark times each implementation in one block of repetitions, so each block catches the device in one
+clock / power state (fp16 n = 4096: either library at ~2.7 or ~3.2 ms). Here every (n, dtype) runs ROUNDS
+rounds; a round times each implementation for REPS repetitions (the benchmark's Timer), in an order rotated
+every round, so each runs first, middle and last equally often. Prints per implementation the median over
+rounds [min, max] and the median per-round ratio cuBLAS / ours: the side-by-side figure.
+Usage: PYTHONPATH=. python scripts/square_matmul_ab.py [ROUNDS] [REPS]   (an sm_90 GPU)"""
 import statistics
 import sys
 

@@ -1,4 +1,6 @@
-"""Row reductions: time every row-group size on the benchmark shapes (picks _row_group's rule)."""
+"""Row reductions: time every row-group size on the benchmark shapes, to check the rule _row_group picks.
+
+Usage: PYTHONPATH=. python scripts/sweep_row_groups.py"""
 import cupy
 
 from cupy_kernels._runtime import Call, current

@@ -1,7 +1,9 @@
-"""Device probe (issue 4): every op and direction against torch over row lengths the issue's six shapes do not
-cover (1 .. 262144: dispatch boundaries, model widths, vocabulary sizes), about 2^24 elements a case. Prints one
-line a case: our time, torch's, the floor (torch moving the same bytes) and torch / ours; a ratio below 1 is a
-row length where torch is faster. `--json PATH` keeps the figures."""
+"""Every row op and its backward against torch over row lengths from 1 to 262144.
+
+The benchmark suites time a few shapes; this sweeps dispatch boundaries, model widths and vocabulary sizes at
+about 2^24 elements a case. One line a case: our time, torch's, the floor (torch moving the same bytes) and
+torch / ours; a ratio below 1 marks a row length where torch is faster.
+Usage: PYTHONPATH=. python scripts/width_sweep.py [--widths 1,7,...] [--dtypes float32,bfloat16] [--ops softmax,...] [--json PATH]"""
 import argparse
 import json
 
