@@ -12,13 +12,16 @@ import torch
 from .ops import reduce as _reduce
 
 
+_is_compiling = torch.compiler.is_compiling
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
 def untraced(*tensors) -> bool:
-    """Plain tensors (None entries ignored), no torch.compile tracing and no dispatch mode active: a
-    call may then skip its custom op, whose dispatch costs ~150 us of host time per call (measured on
-    the device), more than many kernels take. The custom ops remain what torch.compile, fake tensors
-    and modes see."""
+    """Plain tensors (None entries ignored), no torch.compile tracing and no dispatch mode active: a call then runs
+    the kernels directly (eager autograd through an autograd.Function), without its custom op's dispatch (~150 us
+    of host time a call). The custom ops remain what torch.compile, fake tensors and modes see."""
     # is_compiling() first: under dynamo it is a constant and the rest is never traced
-    return (not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() == 0
+    return (not _is_compiling() and _dispatch_modes() == 0
             and all(t is None or type(t) is torch.Tensor for t in tensors))
 
 
@@ -43,7 +46,12 @@ def run_inplace(x, tensors, kernels, custom_op):
 
 
 def _reduce_axes(ndim, dims):
-    return tuple(range(ndim)) if dims is None else tuple(sorted(d % max(ndim, 1) for d in dims)) if ndim else ()
+    """The reduced axes, sorted and non-negative, of None, an int or a sequence of ints."""
+    if not ndim:
+        return ()
+    if dims is None:
+        return tuple(range(ndim))
+    return tuple(sorted(d % ndim for d in (dims if isinstance(dims, (tuple, list)) else (dims,))))
 
 
 def _reduce_meta(op, x, dims, keepdim):
@@ -116,13 +124,12 @@ _REDUCE_OPS = {op: _register_reduce(op) for op in _reduce.OPS}
 
 
 def reduce(op, x, axis, keepdims):
-    dims = None if axis is None else tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
-    keepdims = bool(keepdims)
-    if untraced(x):
-        if torch.is_grad_enabled() and x.requires_grad:
-            return _Reduce.apply(x, op, dims, keepdims)
-        return _reduce.reduce_impl(op, x, dims, keepdims)
-    return _REDUCE_OPS[op](x, None if dims is None else list(dims), keepdims)
+    if type(x) is torch.Tensor and not _is_compiling() and not _dispatch_modes():
+        if x.requires_grad and torch.is_grad_enabled():
+            return _Reduce.apply(x, op, axis, bool(keepdims))
+        return _reduce.reduce_impl(op, x, axis, keepdims)
+    dims = None if axis is None else list(axis) if isinstance(axis, (tuple, list)) else [axis]
+    return _REDUCE_OPS[op](x, dims, bool(keepdims))
 
 
 # ---- softmax, log_softmax, softmax_ (ops/softmax.py) ------------------------------------------------------
@@ -197,12 +204,11 @@ def _softmax_call(x, axis, dtype, log):
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"{op}: dtype must be a floating torch.dtype; got {dtype!r}")
         x = x.to(dtype)  # torch's rule: the input is cast before the op (autograd flows through the cast)
-    dim = _dim(x, axis, op)
-    if untraced(x):
-        if torch.is_grad_enabled() and x.requires_grad:
-            return _Softmax.apply(x, dim, log)
-        return _softmax.softmax_impl(x, dim, op)
-    return _softmax_op(x, dim, log)
+    if type(x) is torch.Tensor and not _is_compiling() and not _dispatch_modes():
+        if x.requires_grad and torch.is_grad_enabled():
+            return _Softmax.apply(x, axis, log)
+        return _softmax._run(op, "fwd", op, "auto", (x,), axis)
+    return _softmax_op(x, _dim(x, axis, op), log)
 
 
 def softmax(x, axis=-1, dtype=None):

@@ -96,7 +96,11 @@ TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
 
 
 def kernels_of(source, call):
-    """(call's result, the names of the kernels it asked `source` (a KernelSource) for)."""
+    """(call's result, the names of the kernels it asked `source` (a KernelSource) for): the plan caches are
+    emptied first, so that the call plans (a cached plan asks for no kernel)."""
+    from cupy_kernels._runtime.tuning import clear_plans
+
+    clear_plans()
     names, real = set(), source.kernel
 
     def spy(name, *args, **kwargs):

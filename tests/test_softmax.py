@@ -6,6 +6,7 @@ import pytest
 import cupy_kernels as ck
 from conftest import (FLOATS, TOL, close_everywhere, cupy_array, gpu, group_lengths, kernels_of, many_rows, rel_err,
                       rng, rounded, to_f64, torch, torch_gpu)
+from cupy_kernels._runtime.tuning import tuned
 from cupy_kernels.ops import _rowwise as rw
 from cupy_kernels.ops import softmax as S
 from cupy_kernels.ops.softmax import softmax_backward_impl, softmax_impl, threads_of
@@ -49,7 +50,7 @@ def threads(dtype, kind):
 def boundary_lengths(dtype, kind):
     """Row lengths on both sides of each dispatch boundary of plan() for this dtype and kernel."""
     V, P = rw.vec(dtype), maxp(dtype, kind)
-    sub = 32 * min(rw.TARGET_PACKS, P) * V    # longest sub-warp row
+    sub = 32 * min(rw.TUNING.target_packs, P) * V    # longest sub-warp row
     block = threads(dtype, kind) * P * V       # longest single-block row
     out = {1, 2, 3, V - 1, V + 1, 127, 1000, 4097, sub - 1, sub, sub + 1, sub + V, block - 1, block, block + 1,
            block + V, 3 * block + 5}
@@ -71,7 +72,7 @@ def test_boundaries_cover_every_path():
 
 def short_lengths(dtype, kind="fwd"):
     """conftest.group_lengths for this kernel; the block row the longest one block holds."""
-    V, P = rw.vec(dtype), min(rw.TARGET_PACKS, maxp(dtype, kind))
+    V, P = rw.vec(dtype), min(rw.TUNING.target_packs, maxp(dtype, kind))
     return group_lengths(V, P, threads(dtype, kind) * maxp(dtype, kind) * V)
 
 
@@ -105,24 +106,23 @@ def test_plan_geometry_holds_the_row():
 
 
 def test_plan_subwarp_blocks():
-    """Sub-warp rows: one-pass launches use SUBWARP_BLOCK-thread blocks, persistent grids (norm backward)
-    PERSISTENT_SUBWARP_BLOCK (at most the kernel's largest block); a block holds whole groups at both ends of the
+    """Sub-warp rows: one-pass launches use subwarp_block-thread blocks, persistent grids (norm backward)
+    persistent_subwarp_block (at most the kernel's largest block); a block holds whole groups at both ends of the
     sub-warp range (G = 1, 32)."""
-    for persistent, block in ((False, rw.SUBWARP_BLOCK), (True, rw.PERSISTENT_SUBWARP_BLOCK)):
-        for n in (1, 4, 32 * rw.TARGET_PACKS * 4):  # float32: G = 1 .. 32
+    t = rw.TUNING
+    for persistent, block in ((False, t.subwarp_block), (True, t.persistent_subwarp_block)):
+        for n in (1, 4, 32 * t.target_packs * 4):  # float32: G = 1 .. 32
             p = rw.plan(65536, n, "float32", 4, 1024, SMS, persistent=persistent)
             assert p.path == "subwarp" and p.threads == block and block % p.group == 0
             assert persistent or p.grid == -(-65536 // (block // p.group))  # persistent: one wave, rows looped
     p = rw.plan(65536, 64, "float64", 4, 256, SMS, persistent=True)  # float64's backward: blocks of <= 256
-    assert p.path == "subwarp" and p.threads == min(rw.PERSISTENT_SUBWARP_BLOCK, 256)
+    assert p.path == "subwarp" and p.threads == min(t.persistent_subwarp_block, 256)
 
 
 def test_staged_backward_choice():
     """softmax_bwd stages half rows that fill a 512-thread block, except full 8192-element rows with
-    STAGE_BWD_FULL_STEPS row steps of the staged grid (two blocks an SM) or more; unaligned rows never."""
-    from cupy_kernels.ops import softmax as S
-
-    many = S.STAGE_BWD_FULL_STEPS * 2 * SMS
+    stage_bwd_full_steps row steps of the staged grid (two blocks an SM) or more; unaligned rows never."""
+    many = S.TUNING.stage_bwd_full_steps * 2 * SMS
     for dtype in ("float16", "bfloat16"):
         for n, rows, staged in ((8192, many - 1, True), (8192, many, False), (8192, 10 ** 6, False),
                                 (8184, 10 ** 6, True), (6144, 10 ** 6, True), (4608, many, True)):
@@ -207,16 +207,14 @@ def test_forward_short_groups(dtype):
 @gpu
 @pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
 def test_staged_short_rows(mode):
-    """Sub-warp rows that stage the group's next row (softmax.STAGE_SHORT_FWD / STAGE_SHORT_BWD), whole and
-    part-filled, over conftest.many_rows: every group of the resident grid takes several, the last step only some
-    groups of a warp."""
-    from cupy_kernels.ops import softmax as S
-
+    """Sub-warp rows that stage the group's next row (TUNING.stage_short_*), whole and part-filled, over
+    conftest.many_rows: every group of the resident grid takes several, the last step only some groups of a warp."""
     ref, grad = (ref_softmax, ref_softmax_grad) if mode == "softmax" else (ref_log_softmax, ref_log_softmax_grad)
-    for kind, sw in (("fwd", S.STAGE_SHORT_FWD), ("bwd", S.STAGE_SHORT_BWD)):
-        for dtype in sw["dtypes"]:
+    t = S.TUNING
+    for kind, groups in (("fwd", t.stage_short_fwd_groups), ("bwd", t.stage_short_bwd_groups)):
+        for dtype in t.stage_short_dtypes:
             V, P = rw.vec(dtype), maxp(dtype, kind)
-            for G in sw["groups"]:
+            for G in groups:
                 for n in (G * P * V, (G // 2) * P * V + V):
                     rows = many_rows(G, SMS)
                     if kind == "fwd":
@@ -267,7 +265,7 @@ def test_shifted_rows(dtype):
             want = ref(xv)
             got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
             assert close_everywhere(got, want, dtype), (n, mode)
-            tiled = 1 < n and rw.tiled_rows(S.TILED, n, 0, "auto", x)
+            tiled = 1 < n and rw.tiled_rows(S.TUNING.tiled_max_n, n, 0, "auto", x)
             assert bool(used & SHIFTED) == (n >= V and not tiled), (n, mode, used)  # shorter rows: the element path
             got, used = kernels_of(S.SOURCE, lambda: softmax_impl(skewed, -1, mode))
             assert close_everywhere(got, want, dtype) and not used & SHIFTED, (n, mode, "skewed", used)
@@ -333,17 +331,23 @@ def test_small_rows(dtype):
                 assert same(x2, ref_softmax(xv), n), (n, rows, skew, "in place")
 
 
+@pytest.fixture
+def no_small_rows():
+    """Rows of two (and four) take the tiles, not softmax_small_rows."""
+    with tuned(S, small_rows_max_n=1):
+        yield
+
+
 @gpu
 @pytest.mark.parametrize("dtype", ALL)
-def test_tiled_rows(dtype, monkeypatch):
+def test_tiled_rows(dtype, no_small_rows):
     """Short rows that are not whole packs take softmax_tiled (a block's rows as one tile in shared memory): lengths
-    from 2 (rows of two: the small rows' switch off) to past TILED's limit, fewer rows than a tile, several tiles and
-    a last one in part; forward, backward, in place, each element against float64; -inf, all -inf and NaN rows."""
-    monkeypatch.setitem(S.SMALL_ROWS, "max_n", 1)
+    from 2 (rows of two: the small rows off) to past tiled_max_n, fewer rows than a tile, several tiles and a last
+    one in part; forward, backward, in place, each element against float64; -inf, all -inf and NaN rows."""
     V = rw.vec(dtype)
     tiled = {S._tiled_name(k, dtype, m, g) for k in ("fwd", "bwd") for m in S.MODES
              for g in S.TILED_LANES[rw.ITEMSIZE[dtype]]}
-    top = S.TILED["max_n"]
+    top = S.TUNING.tiled_max_n
     for n in (2, 3, V - 1, V + 1, 33, 65, 99, 100, top - 1, top + 1):  # (float32 from 48, half bwd 96: lanes)
         if n < 2 or n % V == 0:
             continue
@@ -375,24 +379,23 @@ def test_tiled_rows(dtype, monkeypatch):
 
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_tiled_rows_every_lane_count(dtype, monkeypatch):
-    """Every compiled lane count (TILED["lanes"] forced) on short and long tiled rows: spans of lanes that start at odd
+def test_tiled_rows_every_lane_count(dtype):
+    """Every compiled lane count (tiled_lanes forced) on short and long tiled rows: spans of lanes that start at odd
     elements, spans of one element, empty spans (a row shorter than the lanes' starts); forward and backward."""
-    monkeypatch.setitem(S.SMALL_ROWS, "max_n", 1)  # rows of two tiled too
     for lanes in S.TILED_LANES[rw.ITEMSIZE[dtype]]:
-        monkeypatch.setitem(S.TILED, "lanes", lanes)
-        for n in (2, 3, 33, 65, 127):
-            x, xv = make((1000, n), dtype)
-            for mode, ref, grad in (("softmax", ref_softmax, ref_softmax_grad),
-                                    ("log_softmax", ref_log_softmax, ref_log_softmax_grad)):
-                want = ref(xv)
-                got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
-                assert used == {S._tiled_name("fwd", dtype, mode, lanes)}, (lanes, n, mode, used)
-                assert close_everywhere(got, want, dtype), (lanes, n, mode)
-                yc, yv = cupy_array(want, dtype), rounded(want, dtype)
-                dy, dyv = make(yv.shape, dtype)
-                got = softmax_backward_impl(yc, dy, -1, mode)
-                assert close_everywhere(got, grad(yv, dyv), dtype, 2), (lanes, n, mode, "backward")
+        with tuned(S, small_rows_max_n=1, tiled_lanes=lanes):  # rows of two tiled too
+            for n in (2, 3, 33, 65, 127):
+                x, xv = make((1000, n), dtype)
+                for mode, ref, grad in (("softmax", ref_softmax, ref_softmax_grad),
+                                        ("log_softmax", ref_log_softmax, ref_log_softmax_grad)):
+                    want = ref(xv)
+                    got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
+                    assert used == {S._tiled_name("fwd", dtype, mode, lanes)}, (lanes, n, mode, used)
+                    assert close_everywhere(got, want, dtype), (lanes, n, mode)
+                    yc, yv = cupy_array(want, dtype), rounded(want, dtype)
+                    dy, dyv = make(yv.shape, dtype)
+                    got = softmax_backward_impl(yc, dy, -1, mode)
+                    assert close_everywhere(got, grad(yv, dyv), dtype, 2), (lanes, n, mode, "backward")
 
 
 @gpu
@@ -431,8 +434,6 @@ def test_backward_staged_rows(mode):
     resident grids looping over several rows per block, block and multi-block paths and their edges
     (a partial last pack, a short last part), staged and not, and dx written over dy."""
     import cupy
-    from cupy_kernels._runtime import Call
-    from cupy_kernels.ops import softmax as S
 
     fwd, grad = (ref_softmax, ref_softmax_grad) if mode == "softmax" else (ref_log_softmax, ref_log_softmax_grad)
     for dtype, n, rows in (("bfloat16", 8192, 700), ("bfloat16", 8200, 301), ("float16", 32768, 400),
@@ -442,41 +443,46 @@ def test_backward_staged_rows(mode):
         y = cupy_array(yv, dtype)
         dy, dyv = make((rows, n), dtype, 1.0)
         want = grad(yv, dyv)
-        saved = S.STAGE_BWD
-        rw.PARTS_PIPELINED["bwd"] = False  # the staged kernels (test_backward_pipelined_parts: the pipelined one)
-        try:
+        with tuned(rw, pipelined_bwd=False):  # the staged kernels (test_backward_pipelined_parts: the pipelined one)
             for paths, wide in ((("block", "multiblock"), True), (("block", "multiblock"), False), ((), False)):
-                S.STAGE_BWD, S.WIDE_BWD["on"] = paths, wide  # wide: one 1024-thread block per row <= 32768
-                got = softmax_backward_impl(y, dy, -1, mode)
+                with tuned(S, stage_bwd_paths=paths, wide_bwd=wide):  # wide: one 1024-thread block a row <= 32768
+                    got = softmax_backward_impl(y, dy, -1, mode)
                 assert rel_err(got, want) <= 2 * TOL[dtype], (dtype, n, paths, wide)
-            S.STAGE_BWD, S.WIDE_BWD["on"] = ("block", "multiblock"), True
             d2 = dy.copy()
-            with Call("t", y, "y") as call:  # dx over dy: the next rows are staged before this row is written
-                S._launch(call, "bwd", mode, dtype, (y, d2), d2, rows, n)
+            run_rows("bwd", mode, dtype, (y, d2), d2, rows, n)  # dx over dy: the next rows staged before this is written
             cupy.cuda.Device().synchronize()
             assert rel_err(d2, want) <= 2 * TOL[dtype], (dtype, n, "in place")
-        finally:
-            S.STAGE_BWD, S.WIDE_BWD["on"] = saved, True
-            rw.PARTS_PIPELINED["bwd"] = True
+
+
+def run_rows(kind, mode, dtype, srcs, out, rows, n, variant="auto"):
+    """plan_rows over CuPy arrays (out may be one of srcs) and run it now; returns the row plan."""
+    import cupy
+    from cupy_kernels._runtime import CUPY, PlanBuilder
+    from cupy_kernels._runtime.launch import alignment
+
+    arrays = list(srcs) + [out]
+    b = PlanBuilder(cupy.cuda.runtime.getDevice(), [alignment(a.data.ptr) for a in arrays])
+    *ins, res = b.buffers
+    p = S.plan_rows(b, kind, mode, dtype, tuple(ins), res, rows, n, variant)
+    b.plan().run([a.data.ptr for a in arrays], cupy.cuda.get_current_stream().ptr, CUPY.alloc(0))
+    return p
 
 
 @gpu
 @pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
 def test_backward_full_rows_unstaged(mode):
-    """Full 8192-element half rows with STAGE_BWD_FULL_STEPS row steps or more take one block a row (unstaged),
+    """Full 8192-element half rows with stage_bwd_full_steps row steps or more take one block a row (unstaged),
     one row fewer the staged resident grid; both against the float64 gradient."""
-    from cupy_kernels._runtime import Call, current
-    from cupy_kernels.ops import softmax as S
+    from cupy_kernels._runtime import current
 
     fwd, grad = (ref_softmax, ref_softmax_grad) if mode == "softmax" else (ref_log_softmax, ref_log_softmax_grad)
-    many = S.STAGE_BWD_FULL_STEPS * 2 * current().sm_count
+    many = S.TUNING.stage_bwd_full_steps * 2 * current().sm_count
     for dtype, rows in (("bfloat16", many), ("float16", many - 1)):
         _, xv = make((rows, 8192), dtype)
         yv = rounded(fwd(xv), dtype)
         dy, dyv = make((rows, 8192), dtype, 1.0)
         out = cupy_array(np.zeros_like(yv), dtype)
-        with Call("t", dy, "dy") as call:
-            p = S._launch(call, "bwd", mode, dtype, (cupy_array(yv, dtype), dy), out, rows, 8192)
+        p = run_rows("bwd", mode, dtype, (cupy_array(yv, dtype), dy), out, rows, 8192)
         assert (p.grid == rows) == (rows == many), (dtype, rows, p.grid)  # one block a row / a resident grid
         assert rel_err(out, grad(yv, dyv)) <= 2 * TOL[dtype], (dtype, rows)
 
@@ -488,8 +494,6 @@ def test_forward_staged_rows(mode):
     looping over several rows per block, the one-block (1024 threads, 64 KB staged; or two rows ahead,
     128 KB) and multi-block paths and their edges, staged and not, and in place (the next row is staged
     before this one is written)."""
-    from cupy_kernels.ops import softmax as S
-
     ref = ref_softmax if mode == "softmax" else ref_log_softmax
     for dtype, n, rows in (("bfloat16", 32768, 300), ("float16", 20000, 301), ("float32", 16384, 290),
                            ("float32", 70004, 140), ("bfloat16", 32760, 133), ("float32", 8192, 700),
@@ -497,17 +501,13 @@ def test_forward_staged_rows(mode):
         x, xv = make((rows, n), dtype)
         want = ref(xv)
         for on, two_ahead in ((True, False), (True, True), (False, False)):
-            S.STAGE_FWD.update(on=on, two_ahead=two_ahead)
-            rw.PARTS_PIPELINED["fwd"] = False  # the staged kernels (test_forward_pipelined_parts: the pipelined one)
-            try:
+            # the staged kernels (test_forward_pipelined_parts: the pipelined one)
+            with tuned(S, stage_fwd=on, stage_fwd_two_ahead=two_ahead), tuned(rw, pipelined_fwd=False):
                 assert rel_err(softmax_impl(x, -1, mode), want) <= TOL[dtype], (dtype, n, on, two_ahead)
                 if mode == "softmax" and on:
                     x2 = x.copy()
                     ck.softmax_(x2)
                     assert rel_err(x2, want) <= TOL[dtype], (dtype, n, "in place", two_ahead)
-            finally:
-                S.STAGE_FWD.update(on=True, two_ahead=True)
-                rw.PARTS_PIPELINED["fwd"] = True
 
 
 @gpu
@@ -517,8 +517,6 @@ def test_forward_pipelined_parts(mode):
     pipeline's fill and drain), a short last part, -inf in a whole segment, a row all -inf and a NaN row,
     in place; against the reference and the one-launch exchange it replaces (the same within rounding: the
     parts combine in another order)."""
-    from cupy_kernels.ops import softmax as S
-
     ref = ref_softmax if mode == "softmax" else ref_log_softmax
     for dtype, n, rows in (("float32", 262144, 40), ("float32", 70004, 300), ("bfloat16", 100000, 2),
                            ("float16", 65544, 257), ("bfloat16", 40000, 1), ("float32", 16388, 3)):
@@ -531,7 +529,7 @@ def test_forward_pipelined_parts(mode):
         want = ref(xv)
         p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), threads_of("fwd", dtype, n), SMS)
         assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(mode, dtype), rows, n, dtype, 1,
-                                                  rw.PARTS_PACKS["softmax"], p.threads), (dtype, n)
+                                                  rw.TUNING.parts_packs_softmax, p.threads), (dtype, n)
         got = to_f64(softmax_impl(x, -1, mode))
         ok = np.isfinite(want)
         assert (np.isnan(got) == np.isnan(want)).all() and (np.isinf(got) == np.isinf(want)).all(), (dtype, n)
@@ -552,8 +550,6 @@ def test_backward_pipelined_parts(mode):
     many rows, a short last part, dx written over dy; the one-launch exchange it replaces gives the same within
     rounding (the compiler may fuse exp(y) * c into dy differently)."""
     import cupy
-    from cupy_kernels._runtime import Call
-    from cupy_kernels.ops import softmax as S
 
     fwd, grad = (ref_softmax, ref_softmax_grad) if mode == "softmax" else (ref_log_softmax, ref_log_softmax_grad)
     for dtype, n, rows in (("float32", 262144, 20), ("float32", 70004, 300), ("bfloat16", 100000, 2),
@@ -569,8 +565,7 @@ def test_backward_pipelined_parts(mode):
         assert rel_err(got, grad(yv, dyv)) <= 2 * TOL[dtype], (dtype, n)
         assert rel_err(got, to_f64(softmax_backward_impl(y, dy, -1, mode, "exchange"))) <= TOL[dtype], (dtype, n)
         d2 = dy.copy()
-        with Call("t", y, "y") as call:  # dx over dy
-            S._launch(call, "bwd", mode, dtype, (y, d2), d2, rows, n)
+        run_rows("bwd", mode, dtype, (y, d2), d2, rows, n)  # dx over dy
         cupy.cuda.Device().synchronize()
         np.testing.assert_array_equal(to_f64(d2), to_f64(got))
 
@@ -769,22 +764,18 @@ def test_pipelined_words_start_dirty():
     """The pipelined launch's exchange words come from the pool holding the tags of an earlier launch (or any
     garbage): zero_words clears them before the first publish, with the programmatic launch or the memset."""
     import cupy
-    from cupy_kernels.ops import softmax as S
 
     dtype, n, rows = "float32", 262144, 24
     p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), threads_of("fwd", dtype, n), SMS)
-    pp = rw.pipelined_plan(S.SOURCE, S._parts_name("softmax", dtype), rows, n, dtype, 1, rw.PARTS_PACKS["softmax"],
+    pp = rw.pipelined_plan(S.SOURCE, S._parts_name("softmax", dtype), rows, n, dtype, 1, rw.TUNING.parts_packs_softmax,
                            p.threads)
     assert pp, n
     words = pp[1].rows * pp[1].parts * 2
     x, xv = make((rows, n), dtype)
     want = ref_softmax(xv)
     for after in (True, False):
-        rw.ZERO_WORDS_AFTER["on"] = after
-        try:
+        with tuned(rw, zero_words_kernel=after):
             for _ in range(2):
                 cupy.full((words,), -1, dtype=cupy.int64)  # tagged garbage, freed into the pool
                 got = softmax_impl(x, -1, "softmax")
                 assert rel_err(got, want) <= TOL[dtype], after
-        finally:
-            rw.ZERO_WORDS_AFTER["on"] = True

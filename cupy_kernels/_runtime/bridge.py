@@ -35,25 +35,33 @@ def describe(x) -> str:
 
 
 class _Torch:
-    """What an op needs of torch tensors."""
+    """What an op needs of torch tensors (bound to torch's functions once torch is imported)."""
 
     name = "torch"
+
+    def bind(self, torch) -> None:
+        # the C entry points under torch.cuda.current_device / current_stream (absent from CPU builds)
+        self._get_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+        self._get_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
+                                   lambda d: torch.cuda.current_stream(d).cuda_stream)
+        self._torch = torch
 
     @staticmethod
     def device(x) -> int:
         return x.get_device()
 
-    @staticmethod
-    def current_device() -> int:
-        return _torch()._C._cuda_getDevice()
+    def current_device(self) -> int:
+        return self._get_device()
 
-    @staticmethod
-    def on_device(device: int):
-        return _torch().cuda.device(device)
+    def stream_on(self, device: int):
+        """The current stream of `device` when it is the current device, else None (switch devices first)."""
+        return self._get_stream(device) if self._get_device() == device else None
 
-    @staticmethod
-    def stream(device: int) -> int:
-        return _torch()._C._cuda_getCurrentRawStream(device)
+    def on_device(self, device: int):
+        return self._torch.cuda.device(device)
+
+    def stream(self, device: int) -> int:
+        return self._get_stream(device)
 
     @staticmethod
     def ptr(x) -> int:
@@ -71,19 +79,15 @@ class _Torch:
     def as_contiguous(x):
         return x.contiguous()
 
-    @staticmethod
-    def empty(shape, dtype: str, device: int):
-        t = _torch()
-        return t.empty(shape, dtype=getattr(t, dtype), device=device)
+    def empty(self, shape, dtype: str, device: int):
+        return self._torch.empty(shape, dtype=getattr(self._torch, dtype), device=device)
 
-    @staticmethod
-    def empty_like(x):
-        return _torch().empty_like(x)
+    def empty_like(self, x):
+        return self._torch.empty_like(x)
 
-    @staticmethod
-    def alloc(device: int):
+    def alloc(self, device: int):
         """nbytes -> (pointer, owner) from torch's caching allocator on `device` (CUDA-graph capturable)."""
-        t = _torch()
+        t = self._torch
 
         def alloc(nbytes):
             a = t.empty(nbytes, dtype=t.uint8, device=device)
@@ -122,6 +126,12 @@ class _Cupy:
         import cupy
 
         return cupy.cuda.get_current_stream().ptr
+
+    @staticmethod
+    def stream_on(device: int):
+        import cupy
+
+        return cupy.cuda.get_current_stream().ptr if cupy.cuda.runtime.getDevice() == device else None
 
     @staticmethod
     def ptr(x) -> int:
@@ -172,10 +182,16 @@ class _Cupy:
 TORCH, CUPY = _Torch(), _Cupy()
 
 
+_tensor_type = None  # torch.Tensor, once torch is imported
+
+
 def kind_of(x, op: str, name: str = "x"):
     """TORCH or CUPY for the op's primary input, which must be a CUDA tensor or a CuPy array."""
-    t = _torch()
-    if t is not None and isinstance(x, t.Tensor):
+    global _tensor_type
+    if _tensor_type is None and "torch" in sys.modules:
+        TORCH.bind(sys.modules["torch"])
+        _tensor_type = sys.modules["torch"].Tensor
+    if _tensor_type is not None and isinstance(x, _tensor_type):
         if not x.is_cuda:
             raise TypeError(f"{op}: {name} must be a CUDA tensor; got {describe(x)}")
         return TORCH

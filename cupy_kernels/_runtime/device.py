@@ -1,6 +1,8 @@
-"""Launch geometry from the device's properties: computed in one place."""
+"""The device: its properties, the current context, occupancy and launch geometry, computed in one place, through
+the driver (driver.py): a torch caller never loads CuPy's array module, which takes a large part of a second."""
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 
@@ -24,45 +26,67 @@ class DeviceProps:
         return per_sm * self.sm_count
 
 
+# CUdevice_attribute
+_SM_COUNT, _CC_MAJOR, _CC_MINOR, _MAX_THREADS_PER_BLOCK, _MAX_THREADS_PER_SM, _SHARED_OPTIN, _L2 = 16, 75, 76, 1, 39, 97, 38
+
+
 @functools.lru_cache(maxsize=None)
 def properties(device_id: int) -> DeviceProps:
-    import cupy
+    from . import driver
 
-    p = cupy.cuda.runtime.getDeviceProperties(device_id)
-    name = p["name"]
-    return DeviceProps(
-        id=device_id,
-        name=name.decode() if isinstance(name, bytes) else str(name),
-        cc=10 * p["major"] + p["minor"],
-        sm_count=p["multiProcessorCount"],
-        max_threads_per_block=p["maxThreadsPerBlock"],
-        max_threads_per_sm=p["maxThreadsPerMultiProcessor"],
-        shared_per_block_optin=p.get("sharedMemPerBlockOptin", DEFAULT_SHARED_LIMIT),
-        l2_bytes=p["l2CacheSize"],
-    )
+    a = lambda attribute: driver.device_attribute(device_id, attribute)  # noqa: E731
+    return DeviceProps(id=device_id, name=driver.device_name(device_id), cc=10 * a(_CC_MAJOR) + a(_CC_MINOR),
+                       sm_count=a(_SM_COUNT), max_threads_per_block=a(_MAX_THREADS_PER_BLOCK),
+                       max_threads_per_sm=a(_MAX_THREADS_PER_SM), shared_per_block_optin=a(_SHARED_OPTIN),
+                       l2_bytes=a(_L2))
+
+
+def current_device() -> int:
+    """The device of the calling thread's current context (the one torch and CuPy launch on); a thread with none
+    gets device 0's primary context (the runtime's default device)."""
+    from . import driver
+
+    if not driver.current_context():
+        driver.set_context(driver.primary_context(0))
+    return driver.context_device()
 
 
 def current() -> DeviceProps:
-    """The properties of CuPy's current device (a plan is built with its device current)."""
-    import cupy
+    """The properties of the current device (a plan is built with its device current)."""
+    return properties(current_device())
 
-    return properties(cupy.cuda.runtime.getDevice())
+
+@contextlib.contextmanager
+def on_context(device: int):
+    """Run the block with `device`'s primary context current (the context torch and CuPy use), then restore."""
+    from . import driver
+
+    ctx = driver.current_context()
+    if ctx and driver.context_device() == device:
+        yield
+        return
+    driver.set_context(driver.primary_context(device))
+    try:
+        yield
+    finally:
+        if ctx:
+            driver.set_context(ctx)
 
 
 _occupancy: dict = {}
 
 
 def resident_blocks(kernel, threads: int, dynamic_smem: int = 0) -> int:
-    """Blocks of `kernel` that fit on the whole chip at once (the driver's occupancy calculator:
-    registers, shared memory and thread limits), i.e. one full wave."""
+    """Blocks of `kernel` that fit on the whole chip at once (the driver's occupancy calculator: registers,
+    shared memory and thread limits), i.e. one full wave."""
     props = current()
-    key = (kernel.ptr, props.id, threads, dynamic_smem)  # the CUfunction: id(kernel) is recycled
+    fn = kernel.ptr
+    key = (fn, props.id, threads, dynamic_smem)
     n = _occupancy.get(key)
     if n is None:
-        from cupy_backends.cuda.api import driver
+        from . import driver
 
-        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, dynamic_smem)
-        n = _occupancy[key] = max(1, per_sm) * props.sm_count
+        n = _occupancy[key] = max(1, driver.occupancy(fn, threads, dynamic_smem)) * props.sm_count
     return n
 
 
@@ -70,24 +94,22 @@ _shared_optin: dict = {}  # CUfunction -> the dynamic shared memory it is opted 
 
 
 def use_shared_memory(kernel, nbytes: int, what: str = "kernel") -> None:
-    """Opt `kernel` in to `nbytes` of dynamic shared memory (above 48 KB with its static shared memory needs
-    the attribute). Called on every launch: the attribute is read and set once per CUfunction, not asked
-    of the driver each time."""
+    """Opt `kernel` in to `nbytes` of dynamic shared memory on the current device (above 48 KB with its static
+    shared memory needs the attribute); read and set once per CUfunction."""
     if nbytes <= 0:
         return
     fn = kernel.ptr
-    if fn is not None and _shared_optin.get(fn, 0) >= nbytes:
+    if _shared_optin.get(fn, 0) >= nbytes:
         return
-    total = nbytes + getattr(kernel, "shared_size_bytes", 0)  # the default window holds static + dynamic
+    total = nbytes + kernel.shared_size_bytes  # the default window holds static + dynamic
     if total > DEFAULT_SHARED_LIMIT:
         props = current()
         if total > props.shared_per_block_optin:
             raise ValueError(f"{what} needs {total} bytes of shared memory per block; "
                              f"{props.name} allows at most {props.shared_per_block_optin}")
-        if getattr(kernel, "max_dynamic_shared_size_bytes", 0) < nbytes:
+        if kernel.max_dynamic_shared_size_bytes < nbytes:
             kernel.max_dynamic_shared_size_bytes = nbytes
-    if fn is not None:
-        _shared_optin[fn] = nbytes
+    _shared_optin[fn] = nbytes
 
 
 def ceil_div(a: int, b: int) -> int:

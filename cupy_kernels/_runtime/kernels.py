@@ -57,23 +57,24 @@ class KernelSource:
 
 
 class Kernel:
-    """One template instance of a cu_src file: compiled on first use (disk-cached), loaded once per device."""
+    """One template instance of a cu_src file: compiled on first use (disk-cached), loaded once per device through
+    the driver. A cache hit needs neither NVRTC nor CuPy's array module: a torch caller's first call stays short."""
 
     def __init__(self, source: KernelSource, name: str):
         self.source = source
         self.name = name
-        self._functions: dict[int, object] = {}  # device -> cupy.cuda.function.Function (keeps its module)
+        self._functions: dict[int, int] = {}  # device -> CUfunction (its module is never unloaded)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Kernel({self.source.filename}: {self.name})"
 
-    def function(self, device: int | None = None):
-        """The loaded function on `device` (default: CuPy's current device), compiling it if needed."""
-        if device is None:
-            import cupy
+    def function(self, device: int | None = None) -> int:
+        """The CUfunction on `device` (default: the current context's), compiling and loading it if needed."""
+        from .device import current_device
 
-            device = cupy.cuda.runtime.getDevice()
+        if device is None:
+            device = current_device()
         f = self._functions.get(device)
         if f is None:
             with self._lock:
@@ -84,13 +85,13 @@ class Kernel:
 
     @property
     def ptr(self) -> int:
-        """The CUfunction on CuPy's current device."""
-        return self.function().ptr
+        """The CUfunction on the current device."""
+        return self.function()
 
     def attribute(self, attr: int) -> int:
-        from cupy_backends.cuda.api import driver
+        from .driver import function_attribute
 
-        return driver.funcGetAttribute(attr, self.ptr)
+        return function_attribute(self.ptr, attr)
 
     @property
     def shared_size_bytes(self) -> int:
@@ -102,43 +103,29 @@ class Kernel:
 
     @max_dynamic_shared_size_bytes.setter
     def max_dynamic_shared_size_bytes(self, nbytes: int) -> None:
-        from cupy_backends.cuda.api import driver
+        from .driver import set_function_attribute
 
-        driver.funcSetAttribute(self.ptr, _ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+        set_function_attribute(self.ptr, _ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
 
 
 _ATTR_SHARED_SIZE_BYTES = 1              # CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
 _ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 
-def _load(kernel: Kernel, device: int):
-    import cupy
-    from cupy.cuda import function
+def _load(kernel: Kernel, device: int) -> int:
+    from .device import on_context, properties
+    from .driver import load_function
 
-    with cupy.cuda.Device(device):
-        arch = _arch(device)
-        cubin, mangled = compiled(kernel.source, kernel.name, arch)
-        module = function.Module()
-        module.load(cubin)
-        return module.get_function(mangled)
-
-
-def _arch(device: int) -> str:
-    """The architecture NVRTC builds for on `device` (CuPy's choice: the device's, capped at NVRTC's newest)."""
-    from .device import properties
-
-    try:
-        from cupy.cuda import compiler
-
-        newest = int(compiler._get_max_compute_capability())
-    except Exception:  # a CuPy without the helper: the device's own
-        newest = 10_000
-    return str(min(properties(device).cc, newest))
+    cubin, mangled = compiled(kernel.source, kernel.name, str(properties(device).cc))
+    with on_context(device):
+        return load_function(cubin, mangled)
 
 
 # ---- the disk cache --------------------------------------------------------------------------------------
-# One file per instance: <key>.cubin holding the mangled name and the cubin. The key covers everything the
-# cubin depends on: the expanded source, the options, the architecture, NVRTC's and CuPy's versions.
+# One file per instance: <key>.cubin holding the mangled name and the cubin. The key covers what decides the
+# code: the expanded source, the options and the architecture. Not the NVRTC version: asking it loads NVRTC
+# (tens of ms a process), and a cubin stays valid for its architecture across compiler upgrades; empty the
+# cache (`python -m cupy_kernels warmup --clear`) to rebuild with a new compiler.
 
 _MAGIC = b"CKCUBIN1"
 
@@ -157,20 +144,20 @@ _digests: dict[str, str] = {}
 
 
 def _key(source: KernelSource, name: str, arch: str, options: tuple[str, ...]) -> str:
-    import cupy
-
     digest = _digests.get(source.filename)
     if digest is None:
         digest = _digests[source.filename] = hashlib.sha256(read_source(source.filename).encode()).hexdigest()
-    material = "\0".join((digest, name, arch, " ".join(options), str(cupy.cuda.nvrtc.getVersion()),
-                          cupy.__version__))
+    material = "\0".join((_FORMAT, digest, name, arch, " ".join(options)))
     return hashlib.sha256(material.encode()).hexdigest()[:40]
+
+
+_FORMAT = "1"  # bump when the file layout or the compile path changes
 
 
 def compiled(source: KernelSource, name: str, arch: str) -> tuple[bytes, str]:
     """(cubin, mangled name) of one instance for `arch` ("90"), from the disk cache or compiled now."""
-    options = source.runtime_options() + ("-ftz=true",)  # -ftz=true: as cupy.RawModule compiles
-    path = cache_dir() / f"{_key(source, name, arch, options)}.cubin"
+    # the key leaves out where the CUDA headers are: finding them costs a large part of a second
+    path = cache_dir() / f"{_key(source, name, arch, ('-std=c++17',) + source.options)}.cubin"
     try:
         data = path.read_bytes()
         if data[:8] == _MAGIC:
@@ -178,7 +165,7 @@ def compiled(source: KernelSource, name: str, arch: str) -> tuple[bytes, str]:
             return data[12 + n:], data[12:12 + n].decode()
     except OSError:
         pass
-    cubin, mangled = _nvrtc(source, name, arch, options)
+    cubin, mangled = _nvrtc(source, name, arch, source.runtime_options() + ("-ftz=true",))  # ftz: as RawModule
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
@@ -191,16 +178,25 @@ def compiled(source: KernelSource, name: str, arch: str) -> tuple[bytes, str]:
 
 
 def _nvrtc(source: KernelSource, name: str, arch: str, options: tuple[str, ...]) -> tuple[bytes, str]:
-    from cupy.cuda import compiler
+    """Compile one instance with NVRTC (cupy_backends' bindings, as cupy.RawModule does, without importing CuPy's
+    array module): CuPy's options (the device's architecture capped at NVRTC's newest, device code by default,
+    automatic precompiled headers from NVRTC 12.8)."""
+    from cupy_backends.cuda.libs import nvrtc
 
+    if not any(o.startswith("-arch") for o in options):
+        options += (f"-arch=sm_{min(int(arch), max(int(a) for a in nvrtc.getSupportedArchs()))}",)
+    options += ("--device-as-default-execution-space",) + (("--pch",) if nvrtc.getVersion() >= (12, 8) else ())
+    prog = nvrtc.createProgram(read_source(source.filename), source.filename, (), ())
     try:
-        cubin, mapping = compiler.compile_using_nvrtc(read_source(source.filename), options, arch,
-                                                      filename=source.filename, name_expressions=(name,),
-                                                      cache_in_memory=True)
-    except Exception as e:  # cupy's CompileException carries the NVRTC log
-        raise KernelCompileError(f"cu_src/{source.filename}: NVRTC failed compiling {name} for sm_{arch}:\n{e}") from e
-    mangled = mapping[name] if mapping else name
-    return cubin, mangled.decode() if isinstance(mangled, bytes) else mangled
+        nvrtc.addNameExpression(prog, name)
+        try:
+            nvrtc.compileProgram(prog, options)
+        except nvrtc.NVRTCError as e:
+            raise KernelCompileError(f"cu_src/{source.filename}: NVRTC failed compiling {name} ({e}), options "
+                                     f"{' '.join(options)}:\n{nvrtc.getProgramLog(prog)}") from None
+        return nvrtc.getCUBIN(prog), nvrtc.getLoweredName(prog, name)
+    finally:
+        nvrtc.destroyProgram(prog)
 
 
 def warm_instance(filename: str, name: str, arch: str) -> str:

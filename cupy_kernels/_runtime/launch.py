@@ -15,6 +15,8 @@ import threading
 
 import numpy as np
 
+from . import driver
+
 
 class Buffer:
     """A pointer argument of a planned launch: the call's `index`-th array, or a workspace. `alignment`: the
@@ -79,7 +81,7 @@ class PlanBuilder:
         """Record a launch of `kernel` (a Kernel); grid / block: an int or up to 3 dimensions. cluster > 1: in
         thread-block clusters of that many blocks along x; after_previous: a programmatic dependent launch
         (sm_90: its blocks may start while the previous kernel ends; it must wait_prerequisites() first)."""
-        self.launches.append(_Launch(kernel.function(self.device).ptr, _dims(grid), _dims(block), int(shared_mem),
+        self.launches.append(_Launch(kernel.function(self.device), _dims(grid), _dims(block), int(shared_mem),
                                      tuple(args), int(cluster), bool(after_previous), kernel.name))
 
     def plan(self) -> "Plan":
@@ -93,43 +95,7 @@ def _dims(d) -> tuple[int, int, int]:
     return d + (1,) * (3 - len(d))
 
 
-# ---- the driver, through ctypes -------------------------------------------------------------------------
-
-_lib = None
-
-
-def _driver():
-    global _lib
-    if _lib is None:
-        _lib = ctypes.CDLL("libcuda.so.1")
-        _lib.cuLaunchKernel.restype = ctypes.c_int  # no argtypes: arguments go as prepared ctypes objects / ints
-        _lib.cuLaunchKernelEx.restype = ctypes.c_int
-        _lib.cuMemsetD8Async.restype = ctypes.c_int
-        _lib.cuGetErrorName.restype = ctypes.c_int
-    return _lib
-
-
-def error_name(rc: int) -> str:
-    s = ctypes.c_char_p()
-    _driver().cuGetErrorName(rc, ctypes.byref(s))
-    return s.value.decode() if s.value else f"CUresult {rc}"
-
-
-class CudaError(RuntimeError):
-    pass
-
-
-_streams: dict[int, ctypes.c_void_p] = {}
-
-
-def _stream_arg(stream: int) -> ctypes.c_void_p:
-    s = _streams.get(stream)
-    if s is None:
-        if len(_streams) > 4096:
-            _streams.clear()
-        s = _streams[stream] = ctypes.c_void_p(stream)
-    return s
-
+# ---- launching ------------------------------------------------------------------------------------------
 
 class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: id, 4 bytes of padding, a 64-byte union
     _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_ubyte * 4), ("value", ctypes.c_uint32 * 16)]
@@ -170,7 +136,7 @@ class _Launch:
     def __init__(self, fn: int, grid, block, smem, args, cluster, after_previous, name):
         self.name = name
         self.grid, self.block, self.smem = grid, block, smem
-        self.fn = ctypes.c_void_p(fn)
+        self.fn = fn
         pointers, constants, deferred = [], [], []
         for i, a in enumerate(args):
             if isinstance(a, Buffer):
@@ -207,7 +173,9 @@ class _Launch:
         self._blob = blob
         base = ctypes.addressof(self.buffer)
         self.params = (ctypes.c_void_p * max(len(args), 1))(*[base + offsets[i] for i in range(len(args))])
+        self.params_ptr = ctypes.addressof(self.params)
         self.pointer_indices = tuple(j for _, j in pointers)
+        self.identity = self.pointer_indices == tuple(range(len(pointers)))  # the call passes them in order
         self.pack = struct.Struct(f"<{len(pointers)}Q").pack_into
         self.lock = threading.Lock()
         self.config = None
@@ -216,47 +184,40 @@ class _Launch:
 
     def __call__(self, pointers, stream: int) -> None:
         with self.lock:  # the parameter block is shared: the driver copies it during the call
-            self.pack(self._blob, 0, *[pointers[j] for j in self.pointer_indices])
+            if self.identity:
+                self.pack(self._blob, 0, *pointers)
+            else:
+                self.pack(self._blob, 0, *[pointers[j] for j in self.pointer_indices])
             for off, d in self.deferred:
                 raw = d.fn(*[pointers[j] for j in d.indices])
                 self._blob[off:off + len(raw)] = raw
             if self.config is None:
                 g, b = self.grid, self.block
-                rc = _driver().cuLaunchKernel(self.fn, g[0], g[1], g[2], b[0], b[1], b[2], self.smem,
-                                              _stream_arg(stream), self.params, None)
-            else:
-                cfg = self.config[0]
-                cfg.hStream = stream
-                rc = _driver().cuLaunchKernelEx(ctypes.byref(cfg), self.fn, self.params, None)
-        if rc:
-            raise CudaError(f"launching {self.name} (grid {self.grid}, block {self.block}, {self.smem} bytes of "
-                            f"shared memory) failed: {error_name(rc)}")
+                driver.launch_kernel(self.fn, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream, self.params_ptr, 0)
+                return
+            cfg = self.config[0]
+            cfg.hStream = stream
+            rc = driver.lib().cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(self.fn), self.params, None)
+        driver.check(rc, f"launching {self.name} (grid {self.grid}, block {self.block}, {self.smem} bytes of shared "
+                         f"memory, clusters or a programmatic dependency)")
 
 
-def memset_zero(ptr: int, nbytes: int, stream: int) -> None:
-    rc = _driver().cuMemsetD8Async(ctypes.c_uint64(ptr), ctypes.c_ubyte(0), ctypes.c_size_t(nbytes), _stream_arg(stream))
-    if rc:
-        raise CudaError(f"zeroing {nbytes} bytes at 0x{ptr:x} failed: {error_name(rc)}")
-
-
-_persistents: dict = {}  # (device, stream, name) -> CuPy array
+_persistents: dict = {}  # (device, stream, name) -> (nbytes, pointer, owner)
 _retired: list = []
 
 
-def _persistent(device: int, stream: int, w: Buffer) -> int:
+def _persistent(device: int, stream: int, w: Buffer, alloc) -> int:
     key = (device, stream, w.persistent)
-    a = _persistents.get(key)
-    if a is None or a.nbytes < w.nbytes:
-        import cupy
-
-        if a is not None:
-            _retired.append(a)  # kernels enqueued on the stream may still use it: never handed back
-        with cupy.cuda.Device(device):
-            a = cupy.empty(max(w.nbytes, 0 if a is None else 2 * a.nbytes), dtype=cupy.uint8)
+    hit = _persistents.get(key)
+    if hit is None or hit[0] < w.nbytes:
+        if hit is not None:
+            _retired.append(hit[2])  # kernels enqueued on the stream may still use it: never handed back
+        nbytes = max(w.nbytes, 0 if hit is None else 2 * hit[0])
+        ptr, owner = alloc(nbytes)
         if w.zero:
-            memset_zero(a.data.ptr, a.nbytes, stream)  # on the stream that will use it
-        _persistents[key] = a
-    return a.data.ptr
+            driver.memset_zero(ptr, nbytes, stream)  # on the stream that will use it
+        hit = _persistents[key] = (nbytes, ptr, owner)
+    return hit[1]
 
 
 class Plan:
@@ -275,22 +236,32 @@ class Plan:
         """Launch on `stream` with `pointers` (ints, one per Buffer of the builder, in order). alloc(nbytes) ->
         (pointer, owner) serves the workspaces; the owners are returned, to be kept until the launches are
         enqueued (the caching allocators order reuse on the stream)."""
-        single = self.single
-        if single is not None:
-            single(pointers, stream)
-            return ()
+        try:
+            if self.single is not None:
+                self.single(pointers, stream)
+                return ()
+            return self._run(pointers, stream, alloc)
+        except Exception as e:
+            if getattr(e, "status", None) != driver.INVALID_CONTEXT:
+                raise
+        from .device import on_context
+
+        with on_context(self.device):  # a thread with no context current yet (the runtime makes it lazily)
+            return self._run(pointers, stream, alloc)
+
+    def _run(self, pointers, stream, alloc):
         owners = []
         if self.workspaces:
             pointers = list(pointers)
             for w in self.workspaces:
                 if w.persistent:
-                    pointers.append(_persistent(self.device, stream, w))
+                    pointers.append(_persistent(self.device, stream, w, alloc))
                     continue
                 ptr, owner = alloc(w.nbytes)
                 owners.append(owner)
                 pointers.append(ptr)
                 if w.zero:
-                    memset_zero(ptr, w.nbytes, stream)
+                    driver.memset_zero(ptr, w.nbytes, stream)
         for launch in self.launches:
             launch(pointers, stream)
         return owners

@@ -7,24 +7,15 @@ import ctypes
 
 import numpy as np
 
+from . import driver
 from .dtypes import ITEMSIZE
 
 MAP_BYTES = 128
 _DATA_TYPE = {"float16": 6, "bfloat16": 9, "float32": 7}      # CUtensorMapDataType
 _SWIZZLE_128B = 3                                              # CUtensorMapSwizzle
 _L2_PROMOTION_256B = 3                                         # CUtensorMapL2promotion
-_driver = {}
-
-
-def _libcuda(name: str):
-    f = _driver.get(name)
-    if f is None:
-        f = _driver[name] = getattr(ctypes.CDLL("libcuda.so.1"), name)
-    return f
-
-
 def _encoder():
-    f = _libcuda("cuTensorMapEncodeTiled")
+    f = driver.lib().cuTensorMapEncodeTiled
     if f.argtypes is None:
         u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
         f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
@@ -57,17 +48,17 @@ def max_active_clusters(kernel, block: int, shared_mem: int, cluster: int) -> in
     """How many clusters of `cluster` blocks of `kernel` can be resident on the chip at once
     (cuOccupancyMaxActiveClusters: SMs, shared memory, and the GPCs that a cluster must share). Raises
     when none fits."""
-    from .launch import error_name, launch_config
+    from .launch import launch_config
 
     key = (kernel.ptr, block, shared_mem, cluster)
     n = _clusters.get(key)
     if n is None:
-        f = _libcuda("cuOccupancyMaxActiveClusters")
+        f = driver.lib().cuOccupancyMaxActiveClusters
         cfg, attr = launch_config(cluster, block, shared_mem, 0, cluster)
         count = ctypes.c_int(0)
         rc = f(ctypes.byref(count), ctypes.c_void_p(kernel.ptr), ctypes.byref(cfg))
         if rc != 0 or count.value < 1:
-            raise RuntimeError(f"cuOccupancyMaxActiveClusters returned {error_name(rc) if rc else 'no cluster'} "
+            raise RuntimeError(f"cuOccupancyMaxActiveClusters returned {driver.error_name(rc) if rc else 'no cluster'} "
                                f"(clusters of {cluster} blocks of {block} threads, {shared_mem} bytes of shared memory)")
         n = _clusters[key] = count.value
     return n

@@ -24,6 +24,14 @@ class PlanCache(dict):
         self[key] = value
         return value
 
+    def build(self, key, device: int, planner, *args):
+        """planner(*args) with `device`'s context current (planning loads kernels and asks the driver about
+        them), stored under `key`."""
+        from .device import on_context
+
+        with on_context(device):
+            return self.put(key, planner(*args))
+
 
 def clear_plans() -> None:
     for cache in PlanCache.all:

@@ -152,7 +152,8 @@ def _cols_launch(b, name, x, y, outer, r, k, splits, chunk, scale, col_blocks):
 
 @dataclass(frozen=True)
 class _Entry:
-    """A planned reduction: the output's shape and dtype, the axes to bring last first (a copy), the plan."""
+    """A planned reduction: the output's shape and dtype, the axis order of the contiguous copy the kernels read
+    (None: they read x itself), the plan."""
     shape: tuple
     dtype: str
     permute: tuple | None
@@ -188,7 +189,8 @@ def _plan(op, kind, x, axis, keepdims, device) -> _Entry:
         plan_rows(b, op, src, dst, dtype, outer, count, count)
     else:
         plan_cols(b, op, src, dst, dtype, outer, count, inner, count)
-    return _Entry(shape, out_dtype, permute if (permute or not contiguous) else None, b.plan())
+    copy = permute if permute else None if contiguous else tuple(range(ndim))  # strided data is copied first
+    return _Entry(shape, out_dtype, copy, b.plan())
 
 
 def is_contiguous(shape, strides) -> bool:
@@ -223,7 +225,8 @@ def reduce_impl(op, x, axis=None, keepdims=False, out=None):
     autograd): one launch plan per (dtype, shape, strides, axis, alignment, device), replayed."""
     kind = kind_of(x, op)
     device = kind.device(x)
-    if kind.current_device() != device:
+    stream = kind.stream_on(device)
+    if stream is None:  # another device is current: run on the input's
         with kind.on_device(device):
             return reduce_impl(op, x, axis, keepdims, out)
     ptr = kind.ptr(x)
@@ -231,7 +234,7 @@ def reduce_impl(op, x, axis=None, keepdims=False, out=None):
            keepdims, ptr & 15, device)
     e = PLANS.get(key)
     if e is None:
-        e = PLANS.put(key, _plan(op, kind, x, axis, keepdims, device))
+        e = PLANS.build(key, device, _plan, op, kind, x, axis, keepdims, device)
     if out is not None:
         _check_out(op, kind, out, e, device)
     if e.plan is None:
@@ -239,11 +242,8 @@ def reduce_impl(op, x, axis=None, keepdims=False, out=None):
     if e.permute is not None:
         src = kind.as_contiguous(x.permute(e.permute) if kind is not CUPY else x.transpose(e.permute))
         ptr = kind.ptr(src)
-    else:
-        src = x
     y = out if out is not None else kind.empty(e.shape, e.dtype, device)
-    alloc = kind.alloc(device) if e.plan.workspaces else None
-    e.plan.run((ptr, kind.ptr(y)), kind.stream(device), alloc)
+    e.plan.run((ptr, kind.ptr(y)), stream, kind.alloc(device) if e.plan.workspaces else None)
     return y
 
 
@@ -280,15 +280,20 @@ def sum_ladder(x, rung: str = "vectorized"):
     key = ("ladder", rung, size, device)
     plan = PLANS.get(key)
     if plan is None:
-        b = PlanBuilder(device, (256, 256))
-        cur, n = b.buffers[0], size
-        while n > 1:  # one partial a block, repeated until one value remains
-            blocks = ceil_div(n, per_block)
-            nxt = b.buffers[1] if blocks == 1 else b.workspace(4 * blocks)
-            b.launch(SOURCE.kernel(kernel), blocks, 256, (cur, nxt, np.int64(n)))
-            cur, n = nxt, blocks
-        if size == 1:
-            b.launch(SOURCE.kernel(kernel), 1, 256, (cur, b.buffers[1], np.int64(1)))
-        plan = PLANS.put(key, b.plan())
+        plan = PLANS.build(key, device, _plan_ladder, kernel, per_block, size, device)
     plan.run((kind.ptr(src), kind.ptr(y)), kind.stream(device), kind.alloc(device))
     return y
+
+
+def _plan_ladder(kernel, per_block, size, device):
+    """The ladder's launches: one partial a block, repeated until one value remains."""
+    b = PlanBuilder(device, (256, 256))
+    cur, n = b.buffers[0], size
+    while n > 1:
+        blocks = ceil_div(n, per_block)
+        nxt = b.buffers[1] if blocks == 1 else b.workspace(4 * blocks)
+        b.launch(SOURCE.kernel(kernel), blocks, 256, (cur, nxt, np.int64(n)))
+        cur, n = nxt, blocks
+    if size == 1:
+        b.launch(SOURCE.kernel(kernel), 1, 256, (cur, b.buffers[1], np.int64(1)))
+    return b.plan()

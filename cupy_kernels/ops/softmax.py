@@ -282,8 +282,6 @@ def _axis(axis, ndim: int, op: str) -> int:
 def _build(kind, direction, mode, variant, arrays, axis, device, op) -> _Entry:
     """Validate a call of softmax ("fwd", arrays (x,)), its backward ("bwd", (y, dy)) or the in-place forward
     ("inplace", (x,)) and plan it (a miss of PLANS: every check happens here)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"{op}: variant must be one of {VARIANTS}; got {variant!r}")
     first = arrays[0]
     dtype = dtype_name(first)
     if dtype not in FLOAT_DTYPES:
@@ -317,33 +315,47 @@ def _build(kind, direction, mode, variant, arrays, axis, device, op) -> _Entry:
 
 def _run(op, direction, mode, variant, arrays, axis):
     """One call on CuPy arrays or torch tensors (no autograd): plan on a miss, replay on a hit."""
+    if variant != "auto" and variant not in VARIANTS:
+        raise ValueError(f"{op}: variant must be one of {VARIANTS}; got {variant!r}")
     first = arrays[0]
     kind = kind_of(first, op, "y" if direction == "bwd" else "x")
     device = kind.device(first)
-    if kind.current_device() != device:
+    stream = kind.stream_on(device)
+    if stream is None:  # another device is current: run on the input's
         with kind.on_device(device):
             return _run(op, direction, mode, variant, arrays, axis)
     ptr = kind.ptr(first)
-    key = (direction, mode, variant, first.dtype, first.shape, kind.strides(first), axis, ptr & 15, device,
-           None if len(arrays) == 1 else (arrays[1].dtype, arrays[1].shape, kind.strides(arrays[1]),
-                                          kind.ptr(arrays[1]) & 15, kind.device(arrays[1])))
+    if len(arrays) == 1:
+        key = (direction, mode, variant, first.dtype, first.shape, kind.strides(first), axis, ptr & 15, device)
+    else:
+        dy = arrays[1]
+        key = (direction, mode, variant, first.dtype, first.shape, kind.strides(first), axis, ptr & 15, device,
+               dy.dtype, dy.shape, kind.strides(dy), kind.ptr(dy) & 15, kind.device(dy))
     e = PLANS.get(key)
     if e is None:
-        e = PLANS.put(key, _build(kind, direction, mode, variant, arrays, axis, device, op))
+        e = PLANS.build(key, device, _build, kind, direction, mode, variant, arrays, axis, device, op)
+    plan = e.plan
     if direction == "inplace":
-        if e.plan is not None:
-            e.plan.run((ptr, ptr), kind.stream(device), kind.alloc(device) if e.plan.workspaces else None)
+        if plan is not None:
+            plan.run((ptr, ptr), stream, kind.alloc(device) if plan.workspaces else None)
         return first
-    if e.plan is None:  # an empty array
+    if plan is None:  # an empty array
         return kind.empty_like(first) if kind is CUPY else first.new_empty(first.shape)
     if e.moved is not None:
         ins = [_moved_last(kind, a, e.moved) for a in arrays]
+    elif len(arrays) == 1 and kind.contiguous(first):  # the common call: straight to the launch
+        y = kind.empty_like(first)
+        if plan.single is not None:
+            plan.single((ptr, kind.ptr(y)), stream)
+        else:
+            plan.run((ptr, kind.ptr(y)), stream, kind.alloc(device) if plan.workspaces else None)
+        return y
     else:
         ins = [a if kind.contiguous(a) else kind.as_contiguous(a) for a in arrays]
     y = kind.empty_like(ins[0])
     pointers = [kind.ptr(a) for a in ins]
     pointers.append(kind.ptr(y))
-    e.plan.run(pointers, kind.stream(device), kind.alloc(device) if e.plan.workspaces else None)
+    plan.run(pointers, stream, kind.alloc(device) if plan.workspaces else None)
     if e.moved is not None:
         y = kind.as_contiguous(_move_back(kind, y, e.moved))
     return y
