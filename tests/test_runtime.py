@@ -1,0 +1,108 @@
+"""The shared runtime on the CPU: launch parameter blocks, plan caches and tuning overrides, the per-instance kernel
+cache (compiled by NVRTC, no GPU needed), alignment, and the kind checks."""
+import ctypes
+import struct
+
+import numpy as np
+import pytest
+
+from conftest import torch
+from cupy_kernels._runtime import Buffer, Deferred, KernelSource, kind_of
+from cupy_kernels._runtime import kernels as K
+from cupy_kernels._runtime.launch import _Launch, alignment
+from cupy_kernels._runtime.tuning import PlanCache, tuned
+
+
+def param_bytes(launch, i, n):
+    return ctypes.string_at(launch.params[i], n)
+
+
+def test_parameter_block_holds_every_argument_at_its_address():
+    args = (Buffer(1), np.int32(-7), None, Buffer(0), np.float32(1.5), b"\x01" * 24, np.uint64(2 ** 63 + 5),
+            Deferred(lambda a, b: struct.pack("<QQ", b, a), (0, 1), 16))
+    launch = _Launch(0, (1, 1, 1), (32, 1, 1), 0, args, 1, False, "k")
+    pointers = (0x1000_0000_0040, 0x2000_0000_0080)
+    launch.pack(launch._blob, 0, *[pointers[j] for j in launch.pointer_indices])
+    for off, d in launch.deferred:
+        raw = d.fn(*[pointers[j] for j in d.indices])
+        launch._blob[off:off + len(raw)] = raw
+    assert not launch.identity  # Buffer(1) comes first
+    assert param_bytes(launch, 0, 8) == struct.pack("<Q", pointers[1])
+    assert param_bytes(launch, 1, 4) == struct.pack("<i", -7)
+    assert param_bytes(launch, 2, 8) == b"\0" * 8
+    assert param_bytes(launch, 3, 8) == struct.pack("<Q", pointers[0])
+    assert param_bytes(launch, 4, 4) == struct.pack("<f", 1.5)
+    assert param_bytes(launch, 5, 24) == b"\x01" * 24
+    assert param_bytes(launch, 6, 8) == struct.pack("<Q", 2 ** 63 + 5)
+    assert param_bytes(launch, 7, 16) == struct.pack("<QQ", pointers[1], pointers[0])
+    assert launch.params[7] % 64 == ctypes.addressof(launch.buffer) % 64  # structs on 64-byte offsets
+    with pytest.raises(TypeError, match="argument 0 is a int"):
+        _Launch(0, (1, 1, 1), (1, 1, 1), 0, (5,), 1, False, "k")
+
+
+def test_pointers_in_call_order_pack_directly():
+    launch = _Launch(0, (1, 1, 1), (1, 1, 1), 0, (Buffer(0), Buffer(1), np.int64(3)), 1, False, "k")
+    assert launch.identity
+    launch.pack(launch._blob, 0, 11, 22)
+    assert param_bytes(launch, 0, 8) == struct.pack("<Q", 11) and param_bytes(launch, 1, 8) == struct.pack("<Q", 22)
+    assert param_bytes(launch, 2, 8) == struct.pack("<q", 3)
+
+
+def test_alignment():
+    assert alignment(0) == 256 and alignment(4096) == 256 and alignment(0x1008) == 8 and alignment(0x1030) == 16
+
+
+def test_plan_cache_and_tuning_override():
+    from cupy_kernels.ops import softmax as S
+
+    cache = PlanCache()
+    cache.put("k", 1)
+    default = S.TUNING.tiled_max_n
+    with tuned(S, tiled_max_n=7) as t:
+        assert S.TUNING.tiled_max_n == 7 == t.tiled_max_n and "k" not in cache  # plans made under other tables go
+        cache.put("k", 2)
+    assert S.TUNING.tiled_max_n == default and not cache
+    with pytest.raises(Exception):
+        S.TUNING.tiled_max_n = 3  # frozen: only tuned() changes a table
+
+
+def test_kernel_cache_compiles_once_per_instance(tmp_path, monkeypatch):
+    """One NVRTC compile of one instance (no GPU), stored; the next lookup reads the file and compiles nothing."""
+    monkeypatch.setenv("CUPY_KERNELS_CACHE_DIR", str(tmp_path))
+    from cupy_kernels.ops import reduce as R
+
+    name = "reduce_rows<0, float, float>"
+    cubin, mangled = K.compiled(R.SOURCE, name, "90")
+    assert cubin[:4] == b"\x7fELF" and mangled.startswith("_Z") and "reduce_rows" in mangled
+    assert len(list(tmp_path.glob("*.cubin"))) == 1
+
+    def no_compile(*args):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(K, "_nvrtc", no_compile)
+    assert K.compiled(R.SOURCE, name, "90") == (cubin, mangled)
+    with pytest.raises(AssertionError, match="compiled again"):
+        K.compiled(R.SOURCE, name, "80")  # another architecture: another entry
+
+
+def test_compile_error_names_the_instance(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUPY_KERNELS_CACHE_DIR", str(tmp_path))
+    src = KernelSource("reduce.cu")  # the real file, a name it does not define
+    try:
+        src.declare(["no_such_kernel<float>"])
+        with pytest.raises(K.KernelCompileError, match="no_such_kernel<float>"):
+            K.compiled(src, "no_such_kernel<float>", "90")
+    finally:
+        from cupy_kernels.ops import reduce as R
+
+        KernelSource.registry["reduce.cu"] = R.SOURCE
+    with pytest.raises(KeyError, match="was not declared"):
+        src.kernel("undeclared<int>")
+
+
+def test_kind_checks_name_the_argument():
+    with pytest.raises(TypeError, match="op: x must be a cupy.ndarray or a CUDA torch.Tensor; got numpy"):
+        kind_of(np.ones(3), "op")
+    if torch is not None:
+        with pytest.raises(TypeError, match="op: y must be a CUDA tensor"):
+            kind_of(torch.ones(3), "op", "y")
