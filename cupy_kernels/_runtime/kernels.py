@@ -114,11 +114,16 @@ _ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_
 
 def _load(kernel: Kernel, device: int) -> int:
     from .device import on_context, properties
-    from .driver import load_function
+    from .driver import CudaError, load_function
 
-    cubin, mangled = compiled(kernel.source, kernel.name, str(properties(device).cc))
+    arch = str(properties(device).cc)
+    cubin, mangled = compiled(kernel.source, kernel.name, arch)
     with on_context(device):
-        return load_function(cubin, mangled)
+        try:
+            return load_function(cubin, mangled)
+        except CudaError:  # a damaged or foreign cache entry: compile it again
+            cubin, mangled = compiled(kernel.source, kernel.name, arch, fresh=True)
+            return load_function(cubin, mangled)
 
 
 # ---- the disk cache --------------------------------------------------------------------------------------
@@ -154,12 +159,13 @@ def _key(source: KernelSource, name: str, arch: str, options: tuple[str, ...]) -
 _FORMAT = "1"  # bump when the file layout or the compile path changes
 
 
-def compiled(source: KernelSource, name: str, arch: str) -> tuple[bytes, str]:
-    """(cubin, mangled name) of one instance for `arch` ("90"), from the disk cache or compiled now."""
+def compiled(source: KernelSource, name: str, arch: str, fresh: bool = False) -> tuple[bytes, str]:
+    """(cubin, mangled name) of one instance for `arch` ("90"), from the disk cache (unless `fresh`) or compiled
+    now."""
     # the key leaves out where the CUDA headers are: finding them costs a large part of a second
     path = cache_dir() / f"{_key(source, name, arch, ('-std=c++17',) + source.options)}.cubin"
     try:
-        data = path.read_bytes()
+        data = b"" if fresh else path.read_bytes()
         if data[:8] == _MAGIC:
             (n,) = struct.unpack_from("<I", data, 8)
             return data[12 + n:], data[12:12 + n].decode()
