@@ -1,60 +1,61 @@
-"""Rewrite the README's benchmark tables from benchmarks/<device>.json (between the bench markers)."""
+"""Print the README's performance tables from benchmarks/<device>.json as markdown, each between the
+README's markers (paste a block over the one of the same name):
+  bench       device time of ours against the fastest torch / CuPy / Liger row, 2-3 cases an op, with the
+              per-call wall time (host suite) of ours and torch beside each op's first case;
+  first_call  the first call of a fresh process, empty and warm cache (float32 by default);
+  ladder      the seeds' full-sum ladder (reduce suite).
+
+  python scripts/readme_tables.py [benchmarks/NVIDIA_H200.json] [--dtype float32]
+A bare file name is looked up in benchmarks/."""
+import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
 root = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(root))
-from cupy_kernels.bench.report import _peer_kind  # noqa: E402
-
-result = json.loads((root / "benchmarks" / (sys.argv[1] if len(sys.argv) > 1 else "NVIDIA_H200.json")).read_text())
-rows = result["rows"]
+from cupy_kernels.bench.tables import first_call_table, readme_summary, reduce_ladder  # noqa: E402
 
 
-def peers(group):
-    return {r["impl"]: r for r in rows if (r["suite"], r["op"], r["shape"], r["dtype"]) == group}
+def block(marker: str, lines: list, footer: str = "") -> str:
+    body = "\n".join(lines + ([footer] if footer else []))
+    return f"<!-- {marker}:start -->\n{body}\n<!-- {marker}:end -->"
 
 
-def fastest(p, is_peer):
-    times = [(r["ms"], name) for name, r in p.items() if r["ms"] and not r["ours"] and is_peer(name)]
-    return min(times) if times else None
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", nargs="?", default="NVIDIA_H200.json")
+    parser.add_argument("--dtype", action="append", help="first_call dtypes shown (default float32)")
+    args = parser.parse_args(argv)
+    path = Path(args.json)
+    if not path.exists():
+        path = root / "benchmarks" / args.json
+    result = json.loads(path.read_text())
+    rows = result["rows"]
+    device = result["device"]
+    blocks = []
+    summary = readme_summary(rows)
+    if len(summary) > 2:
+        blocks.append(block("bench", summary, "\n" + (
+            f"({device}; each suite's commit and date are in benchmarks/{path.name.removesuffix('.json')}.md. "
+            "x torch / x CuPy / x Liger > 1: ours takes that many times less device time than the fastest torch "
+            "formulation / CuPy's op / Liger-Kernel. Per call: wall time of eager calls back to back on the small "
+            "input named, ours on torch tensors against torch's op; beside a backward row, forward + backward "
+            "through torch.autograd.grad.)")))
+    first = first_call_table(rows, tuple(args.dtype or ("float32",)))
+    if first:
+        blocks.append(block("first_call", first, "\n" + (
+            f"({device}; seconds from the first call to its result in a fresh process, after the imports and "
+            "the input; empty: new kernel cache directories; warm: a second process on the same directories.)")))
+    ladder = reduce_ladder(rows)
+    if ladder:
+        blocks.append(block("ladder", ladder))
+    if not blocks:
+        print(f"{path}: no rows for the README's tables", file=sys.stderr)
+        return 1
+    print("\n\n".join(blocks))
+    return 0
 
 
-def torch_peer(name):
-    return _peer_kind(name) == "torch"
-
-
-def cupy_peer(name):
-    return _peer_kind(name) == "cupy"
-
-
-lines = ["| suite | op | shape | dtype | ours ms | of copy | TFLOP/s | x fastest torch | x cupy |",
-         "|---|---|---|---|---:|---:|---:|---:|---:|"]
-for r in rows:
-    if not r["ours"] or r["ms"] is None:
-        continue
-    p = peers((r["suite"], r["op"], r["shape"], r["dtype"]))
-    cells = []
-    for is_peer in (torch_peer, cupy_peer):
-        best = fastest(p, is_peer)
-        cells.append(f"{best[0] / r['ms']:.2f}" if best else "")
-    frac = f"{r['copy_frac']:.0%}" if r.get("copy_frac") and not r.get("TFLOP/s") else ""
-    tflops = f"{r['TFLOP/s']:.1f}" if r.get("TFLOP/s") else ""
-    lines.append(f"| {r['suite']} | {r['op']} | {r['shape']} | {r['dtype']} | {r['ms']:.4f} | {frac} | {tflops} | "
-                 f"{cells[0]} | {cells[1]} |")
-lines.append("")
-lines.append(f"({result['device']}; each suite's commit and date are in benchmarks/{result['device'].replace(' ', '_')}.md; "
-             "x ... > 1: ours is that many times faster than the fastest torch formulation / CuPy's op.)")
-table = "\n".join(lines)
-
-ladder = ["| rung | ms | GB/s | of copy |", "|---|---:|---:|---:|"]
-for r in rows:
-    if r["suite"] == "reduce" and r["op"] == "sum" and r["shape"] == str(1 << 26) and (r["ours"] or r["impl"].startswith("ladder")):
-        name = "vectorized (default)" if r["ours"] else r["impl"].removeprefix("ladder ")
-        ladder.append(f"| {name} | {r['ms']:.4f} | {r['GB/s']:.0f} | {r['copy_frac']:.0%} |")
-readme = (root / "README.md").read_text()
-for marker, body in (("bench", table), ("ladder", "\n".join(ladder))):
-    readme = re.sub(rf"<!-- {marker}:start -->.*?<!-- {marker}:end -->", f"<!-- {marker}:start -->\n{body}\n<!-- {marker}:end -->",
-                    readme, flags=re.S)
-(root / "README.md").write_text(readme)
+if __name__ == "__main__":
+    sys.exit(main())

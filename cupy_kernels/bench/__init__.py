@@ -2,7 +2,9 @@
 
 A suite is a generator of `Group`s: one problem (op, shape, dtype, bytes that must move, FLOPs) and
 the implementations timed on it - ours first, then its ladder variants and the peers (torch's own
-op, CuPy's own op, the plain torch formulation)."""
+op, CuPy's own op, the plain torch formulation), timed on the device by the harness (timing.py).
+A row suite (`row_suite`) measures something else itself - wall time per eager call (host.py), the
+first call of a fresh process (first_call.py) - and yields finished rows (dicts)."""
 from __future__ import annotations
 
 import importlib
@@ -10,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 SUITES: dict[str, Callable[[bool], Iterator["Group"]]] = {}
+ROW_SUITES: set[str] = set()  # suites that yield finished rows (dicts), not Groups
+EXPLICIT_ONLY: set[str] = set()  # suites run only when named (`--op NAME`), not by a plain `bench`
+HARNESS_MODULES = ("timing", "report", "tables", "liger")  # modules of this package that register no suite
 
 
 @dataclass
@@ -47,12 +52,24 @@ def suite(name: str):
     return deco
 
 
+def row_suite(name: str, by_default: bool = True):
+    """Decorator registering a row suite: fn(quick: bool) -> iterator of row dicts, each with at least
+    "suite" and "op". by_default=False: run only when named."""
+    def deco(fn):
+        SUITES[name] = fn
+        ROW_SUITES.add(name)
+        if not by_default:
+            EXPLICIT_ONLY.add(name)
+        return fn
+    return deco
+
+
 def load_suites() -> dict:
     """Import every module of this package except the harness's own; each registers its suites."""
     import pkgutil
 
     for m in pkgutil.iter_modules(__path__):
-        if m.name not in ("timing", "report"):
+        if m.name not in HARNESS_MODULES:
             try:
                 importlib.import_module(f"{__name__}.{m.name}")
             except Exception as e:  # one broken suite must not hide the others

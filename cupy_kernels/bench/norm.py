@@ -1,5 +1,6 @@
-"""layer_norm / rms_norm forward and backward (and the in-place forms) vs torch, on the issue's
-shapes and rows that are not whole 16-byte packs (ODD_SHAPES: shifted rows, against the element path).
+"""layer_norm / rms_norm forward and backward (and the in-place forms) vs torch (and Liger-Kernel's
+forward where it is installed), on the issue's shapes and rows that are not whole 16-byte packs
+(ODD_SHAPES: shifted rows, against the element path).
 Bytes: forward reads x and writes y once; backward reads x (or y) and dy and writes dx once
 (weight, bias, dweight, dbias and the row statistics are under 0.1% and not counted)."""
 from __future__ import annotations
@@ -19,6 +20,10 @@ def norm_suite(quick: bool):
     from .._runtime import to_cupy
     from ..ops import norm as N
     from ..ops.norm import norm_backward_impl, norm_forward_impl
+    from .liger import functions as liger_functions
+
+    lig = liger_functions()  # None where Liger-Kernel is not installed
+    liger = (lambda f: {} if lig is None else {"liger (Triton)": f})  # noqa: E731
 
     def half_forms(fn):
         """Ladder rows of the half-type backward: norm_bwd_shared's CTA sizes, and the register forms it
@@ -70,7 +75,8 @@ def norm_suite(quick: bool):
                      **({"ladder: unstaged (no next row in shared memory)": switched(
                          N.STAGE_FWD, {"on": False}, lambda: norm_forward_impl(xc, wc, bc, 1e-5, "layer_norm"))}
                         if n == 32768 else {}),  # one block a row (longer rows: the pipelined kernels)
-                     "torch F.layer_norm": lambda: F.layer_norm(x, (n,), w, b, 1e-5), **floor(s, x)}, bytes=2 * nbytes)
+                     "torch F.layer_norm": lambda: F.layer_norm(x, (n,), w, b, 1e-5),
+                     **liger(lambda: lig.layer_norm(x, w, b, 1e-5)), **floor(s, x)}, bytes=2 * nbytes)
         yield Group("rms_norm", label, dtype,
                     {"cupy_kernels": lambda: norm_forward_impl(xc, wc, None, 1e-6, "rms_norm"),
                      "cupy_kernels rms_norm_ (in place)": lambda: ck.rms_norm_(sc, wc),
@@ -83,6 +89,7 @@ def norm_suite(quick: bool):
                      **({"ladder: scalar loads": lambda: norm_forward_impl(xc, wc, None, 1e-6, "rms_norm",
                                                                            variant="scalar")} if odd else {}),
                      "torch F.rms_norm": lambda: F.rms_norm(x, (n,), w, 1e-6),
+                     **liger(lambda: lig.rms_norm(x, w, 1e-6)),
                      "torch formulation x * rsqrt(mean(x^2) + eps) * w":
                          lambda: x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + 1e-6).to(x.dtype) * w,
                      **floor(s, x)},

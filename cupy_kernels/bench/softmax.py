@@ -1,4 +1,5 @@
-"""Softmax / log_softmax forward and backward (and softmax_ in place) vs torch, on the issue's shapes.
+"""Softmax / log_softmax forward and backward (and softmax_ in place) vs torch (and Liger-Kernel's forward
+where it is installed), on the issue's shapes.
 Bytes: forward reads x and writes y once; backward reads y and dy and writes dx once."""
 from __future__ import annotations
 
@@ -44,7 +45,9 @@ def softmax_suite(quick: bool):
     import cupy_kernels as ck
     from ..ops import softmax as S
     from ..ops.softmax import softmax_backward_impl, softmax_impl
+    from .liger import functions as liger_functions
 
+    lig = liger_functions()  # None where Liger-Kernel is not installed
     for shape, dtype in SHAPES[:3] if quick else SHAPES + ODD_SHAPES:
         (x, xc), (s, sc), (dy, dyc) = tensors(shape, dtype, 3)
         label = "x".join(map(str, shape))
@@ -70,6 +73,8 @@ def softmax_suite(quick: bool):
         if x.numel() * 4 <= 1 << 30:
             impls["torch formulation exp(x - max) / sum"] = lambda: (
                 lambda e: e / e.sum(-1, keepdim=True))((x - x.amax(-1, keepdim=True)).exp())
+        if lig is not None:
+            impls["liger (Triton)"] = lambda: lig.softmax(x)
         yield Group("softmax", label, dtype, impls, bytes=2 * nbytes)
         yield Group("log_softmax", label, dtype,
                     {"cupy_kernels": lambda: softmax_impl(xc, -1, "log_softmax"),
