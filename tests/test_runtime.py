@@ -59,9 +59,13 @@ def test_plan_cache_and_tuning_override():
     cache.put("k", 1)
     default = S.TUNING.tiled_max_n
     with tuned(S, tiled_max_n=7) as t:
-        assert S.TUNING.tiled_max_n == 7 == t.tiled_max_n and "k" not in cache  # plans made under other tables go
+        assert S.TUNING.tiled_max_n == 7 == t.tiled_max_n and "k" not in cache  # the default table's plans: away
         cache.put("k", 2)
-    assert S.TUNING.tiled_max_n == default and not cache
+    assert S.TUNING.tiled_max_n == default and cache["k"] == 1  # back, and not the override's
+    with tuned(S, tiled_max_n=7):
+        assert cache["k"] == 2  # the override's own plans, kept for its next entry
+    with tuned(S, tiled_max_n=8):
+        assert "k" not in cache
     with pytest.raises(Exception):
         S.TUNING.tiled_max_n = 3  # frozen: only tuned() changes a table
 

@@ -1,6 +1,6 @@
 """Tuning as data: each op keeps its thresholds and choices in one frozen dataclass instance, `TUNING`, and
-its launch plans in a `PlanCache`. `tuned(module, field=value, ...)` overrides a table for tests and probes
-(the plans made under it are dropped on entry and exit)."""
+its launch plans in a `PlanCache`. `tuned(module, field=value, ...)` overrides a table for tests, probes and
+benchmark ladder rows; the plans of the default table and of each override never mix."""
 from __future__ import annotations
 
 import contextlib
@@ -39,18 +39,27 @@ def clear_plans() -> None:
 
 
 _lock = threading.RLock()
+_overridden: dict = {}  # (module, changes) -> the plans made under that override, for its next entry
 
 
 @contextlib.contextmanager
 def tuned(module, **changes):
-    """Run the block with module.TUNING's fields replaced (dataclasses.replace): a probe's or a test's override,
-    not thread-safe against concurrent calls of the op."""
+    """Run the block with module.TUNING's fields replaced (dataclasses.replace): a probe's, a benchmark ladder row's
+    or a test's override, not thread-safe against concurrent calls of the op. Plans made under it are kept for the
+    next entry of the same override, apart from the default's."""
     with _lock:
         saved = module.TUNING
+        key = (module.__name__, tuple(sorted(changes.items())))
+        default_plans = [dict(c) for c in PlanCache.all]
         module.TUNING = dataclasses.replace(saved, **changes)
-        clear_plans()
+        for cache, plans in zip(PlanCache.all, _overridden.get(key) or [{}] * len(PlanCache.all)):
+            cache.clear()
+            cache.update(plans)
         try:
             yield module.TUNING
         finally:
+            _overridden[key] = [dict(c) for c in PlanCache.all]
             module.TUNING = saved
-            clear_plans()
+            for cache, plans in zip(PlanCache.all, default_plans):
+                cache.clear()
+                cache.update(plans)

@@ -32,15 +32,13 @@ class Group:
         self.ours = self.ours or next(iter(self.impls))
 
 
-def switched(flags: dict, updates: dict, fn: Callable[[], object]) -> Callable[[], object]:
-    """fn run with a module's switch dict updated (a ladder row of an otherwise automatic choice)."""
+def switched(module, changes: dict, fn: Callable[[], object]) -> Callable[[], object]:
+    """fn run with module.TUNING's fields changed (a ladder row of an otherwise automatic choice)."""
+    from .._runtime.tuning import tuned
+
     def run():
-        saved = dict(flags)
-        flags.update(updates)
-        try:
+        with tuned(module, **changes):
             return fn()
-        finally:
-            flags.update(saved)
     return run
 
 

@@ -62,9 +62,9 @@ def softmax_suite(quick: bool):
             impls["ladder: one block per row"] = lambda: softmax_impl(xc, -1, "softmax", "block")
         if shape[-1] == 32768:  # one 1024-thread block a row: the next rows staged in shared memory by default
             impls["ladder: unstaged (no next row in shared memory)"] = switched(
-                S.STAGE_FWD, {"on": False}, lambda: softmax_impl(xc, -1, "softmax"))
+                S, {"stage_fwd": False}, lambda: softmax_impl(xc, -1, "softmax"))
             impls["ladder: staged one row ahead (not two)"] = switched(
-                S.STAGE_FWD, {"two_ahead": False}, lambda: softmax_impl(xc, -1, "softmax"))
+                S, {"stage_fwd_two_ahead": False}, lambda: softmax_impl(xc, -1, "softmax"))
         if shape[-1] >= 32768:  # rows split over blocks (by default the pipelined kernels): the other ways
             impls["ladder: long rows, one launch (exchange)"] = lambda: softmax_impl(xc, -1, "softmax", "exchange")
             impls["ladder: long rows, two launches (split)"] = lambda: softmax_impl(xc, -1, "softmax", "split")
@@ -94,7 +94,7 @@ def softmax_suite(quick: bool):
                          "ladder: long rows, one launch, counter exchange":
                          lambda: softmax_backward_impl(yc, dyc, -1, "softmax", "counter")} if shape[-1] >= 16384 else {}),
                      **({"ladder: 512-thread blocks, staged (no wide form)": switched(
-                         S.WIDE_BWD, {"on": False}, lambda: softmax_backward_impl(yc, dyc, -1, "softmax"))}
+                         S, {"wide_bwd": False}, lambda: softmax_backward_impl(yc, dyc, -1, "softmax"))}
                         if shape[-1] > 8192 and dtype in ("float16", "bfloat16") else {}),
                      "torch _softmax_backward_data": lambda: torch._softmax_backward_data(dy, y, -1, y.dtype),
                      "torch formulation y * (dy - sum(dy * y))": lambda: y * (dy - (dy * y).sum(-1, keepdim=True)),
