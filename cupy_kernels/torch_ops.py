@@ -509,6 +509,8 @@ def linear_(x, weight, bias=None):
 
 
 # ---- pad ----------------------------------------------------------------------------------------
+# Eager calls run the kernels directly, under autograd through _Pad (backward: pad_backward_impl); traced calls
+# see the custom ops cupy_kernels::pad and cupy_kernels::pad_backward (fresh outputs, never views of the input).
 
 from .ops import pad as _pad  # noqa: E402
 
@@ -545,15 +547,31 @@ def _pad_setup(ctx, inputs, output):
 
 def _pad_grad(ctx, grad):
     # A gather-sum per padded axis (no atomics): deterministic.
-    return _pad_backward_op(grad.contiguous(), *ctx.pad_args), None, None, None, None
+    return _pad_backward_op(grad, *ctx.pad_args), None, None, None, None
 
 
 _pad_op.register_autograd(_pad_grad, setup_context=_pad_setup)
 
 
+class _Pad(torch.autograd.Function):
+    """Eager pad under autograd: the backward needs only the spec."""
+
+    @staticmethod
+    def forward(ctx, x, spec):
+        ctx.spec = spec
+        return _pad.pad_impl(x, spec)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        return _pad.pad_backward_impl(grad, ctx.spec), None
+
+
 def pad(x, spec):
-    """ops.pad.pad for a torch tensor: `spec` is the validated ops.pad.Spec."""
-    if plain_eager(x):
+    """ops.pad's pad for a torch tensor: `spec` is the validated ops.pad.Spec."""
+    if untraced(x):
+        if torch.is_grad_enabled() and x.requires_grad:
+            return _Pad.apply(x, spec)
         return _pad.pad_impl(x, spec)
     bits = [b - (1 << 64) if b >= 1 << 63 else b for b in spec.bits]  # int64 schema: raw bits as signed
     return _pad_op(x, [v for pair in spec.pads for v in pair], spec.mode, bits, spec.stagger)
