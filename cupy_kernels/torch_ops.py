@@ -467,6 +467,8 @@ def timex(w, k, eps=0.0, variant="auto"):
 
 
 # ---- square_matmul_ / linear_: in-place A <- A @ W (+ bias), inference only (ops/square_matmul.py) --
+# Eager calls run square_matmul_impl directly; traced calls see cupy_kernels::square_matmul_inplace (it mutates a
+# and returns nothing, so no output can alias an input).
 from .ops import square_matmul as _sqmm  # noqa: E402
 
 
@@ -492,8 +494,13 @@ def _sqmm_no_grad(op, names, tensors):
 
 
 def _sqmm_call(a, w, bias, transpose, op):
-    run_inplace(a, (a, w, bias), lambda: _sqmm.square_matmul_impl(a, w, transpose, bias, op=op),
-                lambda: _sqmm_inplace_op(a, w, bias, transpose))
+    """Eager calls run the kernels directly, bumping a's version counter as the custom op's mutates_args does;
+    traced calls see the custom op."""
+    if untraced(a, w, bias):
+        _sqmm.square_matmul_impl(a, w, transpose, bias, op=op)
+        torch.autograd.graph.increment_version(a)
+    else:
+        _sqmm_inplace_op(a, w, bias, transpose)
 
 
 def square_matmul_(a, w, transpose=False):
