@@ -13,6 +13,8 @@
 //   brick:    wrap on every axis, and the last axis is shifted right by stagger * band, where
 //             band = floor(k_row / n_row) counts tile bands on the second-to-last axis.
 // Padding only copies, so the kernels move raw bits: T is an unsigned type of the element's size.
+// Kernels: pad_flat (narrow rows, element by element), pad_rows (a warp a row segment), pad_periodic
+// (brick and short wrap rows: stores only), pad_gather (the backward, one padded axis a launch).
 #ifdef PAD_HOST
 // Compiled as plain C++ by the CPU test harness (tests/test_pad.py) to check this exact logic.
 #define PAD_HD inline
@@ -24,7 +26,7 @@ template <typename To, typename From> __device__ __forceinline__ To pad_cast(Fro
 #endif
 
 constexpr int PAD_MAXD = 6;    // outer axes after merging (ops/pad.py splits larger problems)
-constexpr int PAD_UNROLL = 4;  // 16-byte chunks per thread per tile, at most (1 for 1-byte, 2 for 2-byte types)
+// The kernels' MODE (their first template argument; name expressions spell it, e.g. pad_rows<PAD_EDGE, ...>).
 enum { PAD_CONSTANT = 0, PAD_EDGE = 1, PAD_PERIODIC = 2, PAD_BRICK = 3 };
 enum { FOLD_WRAP = 0, FOLD_REFLECT = 1, FOLD_SYMMETRIC = 2 };
 
@@ -32,8 +34,8 @@ template <typename T> struct alignas(16) PadPack { T v[16 / sizeof(T)]; };
 
 struct PadParams {
   long long rows, wtot;          // output rows and elements per row (= lout * blk)
-  long long tiles, tpr;          // tiles in all and per row (wide path)
-  int tile_chunks, unroll;       // chunks per tile (= blockDim.x * unroll); 0: narrow path
+  long long tiles, tpr;          // units in all and per row (pad_rows, pad_periodic)
+  int tile_chunks, unroll;       // 16-byte chunks per unit (0: pad_flat); unroll: read by no kernel (see PAD_FORWARD_ARGS)
   int nd, fold;                  // outer axes; FOLD_* for PAD_PERIODIC
   long long out[PAD_MAXD], n[PAD_MAXD], before[PAD_MAXD], stride[PAD_MAXD];  // outer axes
   long long lout, ln, lbefore, lstride, blk;  // last axis (stride in elements of x) and inner block
@@ -241,8 +243,8 @@ PAD_HD int pad_chunk_col(long long E, int seg, int tile_chunks, int j) {
   return -(int)(E & (V - 1)) + (seg * tile_chunks + j) * V;
 }
 
-// Narrow rows (fewer than 32 chunks): the flat output in 16-byte chunks, one per thread per step,
-// element by element (scalar stores), rows decoded as they change.
+// One 16-byte chunk of the flat output (pad_flat): element by element (scalar stores), the row
+// decoded when it changes.
 template <int MODE, typename T>
 PAD_HD void pad_flat_chunk(const PadParams& p, const T* x, T* y, long long g, long long& cur_row, PadRow& r) {
   constexpr int V = 16 / sizeof(T);
@@ -261,25 +263,6 @@ PAD_HD void pad_flat_chunk(const PadParams& p, const T* x, T* y, long long g, lo
       ++row;
     }
   }
-}
-
-// Brick rows staged in shared memory (pad_brick_staged): buf[j] = the source of output column j of
-// the row, for j < tw + V, i.e. the tile row rotated by the row's origin; column c reads buf[c mod tw].
-template <typename T>
-PAD_HD void pad_brick_stage(const PadParams& p, const PadRow& r, const T* x, T* buf, int j) {
-  buf[j] = x[r.src + pad_pmod32(j - (int)r.origin, (int)p.ln) * p.lstride];
-}
-
-template <typename T>
-PAD_HD void pad_brick_chunk(const PadParams& p, const T* buf, int col0, PadPack<T>& out) {
-  constexpr int V = 16 / sizeof(T);
-  const int j = pad_pmod32(col0, (int)p.ln);
-  if ((j & (V - 1)) == 0) {  // buf is 16-byte aligned
-    out = *reinterpret_cast<const PadPack<T>*>(buf + j);
-    return;
-  }
-#pragma unroll
-  for (int e = 0; e < V; ++e) out.v[e] = buf[j + e];
 }
 
 // ---- Backward: the gradient of one padded axis, gathered. g is a C-contiguous (A, outk, C) array,
@@ -394,7 +377,9 @@ PAD_HD void pad_periodic_store(const PadParams& p, T* y, const PadPeriodicUnit& 
 }
 
 #ifndef PAD_HOST
-// Every forward kernel takes the same arguments (ops/pad.py Plan.args) and rebuilds PadParams.
+// Every forward kernel takes the same arguments (ops/pad.py Geometry.args) and rebuilds PadParams. `unroll` is
+// read by none of them (the retired block-tile paths used it); dropping it would move the later parameters and
+// with them the kernels' code, measured as it is.
 #define PAD_AXIS_ARGS(i) long long o##i, long long n##i, long long b##i, long long s##i
 #define PAD_AXIS_SET(i) p.out[i] = o##i; p.n[i] = n##i; p.before[i] = b##i; p.stride[i] = s##i;
 #define PAD_FORWARD_ARGS                                                                               \
@@ -417,105 +402,21 @@ PAD_HD void pad_periodic_store(const PadParams& p, T* y, const PadPeriodicUnit& 
   p.cval[6] = c6; p.cval[7] = c7; p.cval[8] = c8; p.cval[9] = c9; p.cval[10] = c10;                    \
   p.cval[11] = c11; p.cval[12] = c12; p.cval[13] = c13;
 
-// Forward, the "tiled" rung. Wide rows (tile_chunks > 0): grid-stride over tiles of `tile_chunks`
-// 16-byte chunks of one row; block = tile_chunks / unroll threads (<= 256); thread 0 decodes the
-// block's next row while the block copies the current one (double-buffered in shared memory, one
-// barrier per tile). Narrow rows (tile_chunks == 0, also the "flat" rung): any 1-D grid, one chunk
-// per thread per step. 64-bit indices; y must be 16-byte aligned; x any alignment and strides.
+// Narrow rows (fewer chunks than ops/pad.py's TUNING.narrow_chunks; any row on the ladder's "flat" rung): the
+// flat output in 16-byte chunks, one a thread a step, element by element. Launch: any 1-D grid of 256-thread blocks, grid-stride (64-bit); tile_chunks 0;
+// y 16-byte aligned; x any alignment and strides.
 template <int MODE, typename T>
-__global__ void __launch_bounds__(256, sizeof(T) >= 4 ? 4 : 3) pad_forward(PAD_FORWARD_ARGS) {
+__global__ void __launch_bounds__(256, sizeof(T) >= 4 ? 4 : 3) pad_flat(PAD_FORWARD_ARGS) {
   PAD_FORWARD_PARAMS(p)
-  const int tid = threadIdx.x;
-  if (tile_chunks == 0) {
-    const long long nchunks = (rows * wtot + 16 / (long long)sizeof(T) - 1) / (16 / (long long)sizeof(T));
-    long long cur_row = -1;
-    PadRow r = {0, 0, -1, 0};
-    for (long long g = (long long)blockIdx.x * blockDim.x + tid; g < nchunks; g += (long long)gridDim.x * blockDim.x)
-      pad_flat_chunk<MODE, T>(p, x, y, g, cur_row, r);
-    return;
-  }
-  __shared__ PadRow info[2];
-  __shared__ long long info_row[2], info_seg[2];
-  long long t = blockIdx.x;
-  if (tid == 0 && t < tiles) {
-    long long row, seg;
-    pad_divmod(t, tpr, row, seg);
-    info_row[0] = row;
-    info_seg[0] = seg;
-    info[0] = pad_decode_row<MODE>(p, row);
-  }
-  __syncthreads();
-  for (int buf = 0; t < tiles; t += gridDim.x, buf ^= 1) {
-    const PadRow r = info[buf];
-    const long long row = info_row[buf], seg = info_seg[buf];
-    const long long E = row * wtot;
-    const int w32 = (int)wtot;
-    constexpr int UMAX = sizeof(T) < 4 ? (int)sizeof(T) : PAD_UNROLL;  // chunks of 8 or 16 elements: fewer
-    PadPack<T> v[UMAX];
-    int col[UMAX];
-#pragma unroll
-    for (int u = 0; u < UMAX; ++u) {
-      col[u] = pad_chunk_col<T>(E, (int)seg, tile_chunks, u * (int)blockDim.x + tid);
-      if (u < unroll && col[u] < w32) pad_load_chunk<MODE, T>(p, r, x, col[u], v[u]);
-    }
-    const long long nt = t + gridDim.x;  // decoded while this thread's loads are in flight
-    if (tid == 0 && nt < tiles) {
-      long long nrow, nseg;
-      pad_divmod(nt, tpr, nrow, nseg);
-      info_row[buf ^ 1] = nrow;
-      info_seg[buf ^ 1] = nseg;
-      info[buf ^ 1] = pad_decode_row<MODE>(p, nrow);
-    }
-#pragma unroll
-    for (int u = 0; u < UMAX; ++u)
-      if (u < unroll && col[u] < w32) pad_store_chunk<T>(y, E, col[u], w32, v[u]);
-    __syncthreads();
-  }
+  const long long nchunks = (rows * wtot + 16 / (long long)sizeof(T) - 1) / (16 / (long long)sizeof(T));
+  long long cur_row = -1;
+  PadRow r = {0, 0, -1, 0};
+  for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < nchunks; g += (long long)gridDim.x * blockDim.x)
+    pad_flat_chunk<MODE, T>(p, x, y, g, cur_row, r);
 }
 
-// Brick, staged (the "staged" rung): per tile (one row) the block writes the row's rotated tile row
-// to shared memory (tw + V elements), then every chunk is one 16-byte shared load when its column is
-// a multiple of V mod tw (else V scalar ones) and one 16-byte store: no index map per element.
-// Launch: the wide path's grid and tiles, (tw + V) * sizeof(T) bytes (rounded up to 16) of dynamic
-// shared memory; three barriers per tile.
-template <typename T>
-__global__ void __launch_bounds__(256, 4) pad_brick_staged(PAD_FORWARD_ARGS) {
-  PAD_FORWARD_PARAMS(p)
-  extern __shared__ __align__(16) unsigned char pad_smem[];
-  T* buf = reinterpret_cast<T*>(pad_smem);
-  __shared__ PadRow info;
-  __shared__ long long info_row, info_seg;
-  constexpr int V = 16 / sizeof(T);
-  const int tid = threadIdx.x, w32 = (int)wtot, staged = (int)ln + V;
-  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
-    if (tid == 0) {
-      long long row, seg;
-      pad_divmod(t, tpr, row, seg);
-      info_row = row;
-      info_seg = seg;
-      info = pad_decode_row<PAD_BRICK>(p, row);
-    }
-    __syncthreads();
-    const PadRow r = info;
-    const long long E = info_row * wtot;
-    const int seg = (int)info_seg;
-    for (int j = tid; j < staged; j += blockDim.x) pad_brick_stage<T>(p, r, x, buf, j);
-    __syncthreads();
-#pragma unroll
-    for (int u = 0; u < PAD_UNROLL; ++u) {
-      const int col = pad_chunk_col<T>(E, seg, tile_chunks, u * (int)blockDim.x + tid);
-      if (u < unroll && col < w32) {
-        PadPack<T> v;
-        pad_brick_chunk<T>(p, buf, col, v);
-        pad_store_chunk<T>(y, E, col, w32, v);
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// The default for rows of >= 32 chunks (pad_rows_unit above). Launch: blocks of 256 threads, grid
-// from the occupancy calculator (grid-stride over tiles = rows * tpr units of one warp each).
+// Rows of >= 32 chunks that are not periodic (pad_rows_unit above). Launch: 256-thread blocks, a grid of waves
+// from the occupancy calculator, grid-stride over tiles = rows * tpr units of one warp; wtot < 2^31 - 64.
 template <int MODE, typename T>
 __global__ void __launch_bounds__(256, 4) pad_rows(PAD_FORWARD_ARGS) {
   PAD_FORWARD_PARAMS(p)
@@ -524,7 +425,7 @@ __global__ void __launch_bounds__(256, 4) pad_rows(PAD_FORWARD_ARGS) {
     pad_rows_unit<MODE, T>(p, x, y, t, threadIdx.x & 31);
 }
 
-// Brick and short-period wrap rows (pad_periodic_* above). Launch: blockDim a multiple of the row's
+// Brick and short-period wrap rows, blk == 1 (pad_periodic_* above). Launch: blockDim a multiple of the row's
 // period in chunks (<= 256), tile_chunks a multiple of blockDim; grid-stride over the units. Thread 0
 // decodes the next unit into shared memory while the block stores the current one (the decode is
 // the costly part per thread: done by every thread it took more issue slots than the stores).
@@ -546,8 +447,8 @@ __global__ void __launch_bounds__(256, 4) pad_periodic(PAD_FORWARD_ARGS) {
   }
 }
 
-// Backward of one axis: r (A, n, C) <- gather-sum of g (A, outk, C), both C-contiguous. The result
-// is walked as rows x columns: C > 1: rows (a, i), columns c (the residues of i are row-uniform);
+// Backward of one axis: r (A, n, C) <- gather-sum of g (A, outk, C), both C-contiguous; FMODE a FOLD_*_AXIS. The
+// result is walked as rows x columns: C > 1: rows (a, i), columns c (the residues of i are row-uniform);
 // C == 1: rows a, columns i. Launch: grid (ceil(cols / 256) capped, <= 65535 rows), block 256; both
 // dimensions grid-stride (64-bit). Accumulates in float (double for double), in a fixed order.
 template <int FMODE, typename Tin, typename Tout>

@@ -12,16 +12,24 @@
 // least as many blocks as a row block has column tiles (tiles_n <= grid, checked by the host): no
 // deadlock. Neighbouring tickets share the A strip and the W column panels, which stay in L2.
 //
-// Ladder: "seed" (the seed article's warp-per-row kernel: one warp computes one output row from global
-// memory, no tiling, no reuse; n <= 2048 from its 64-entry register buffer; 0.5-0.9 TFLOP/s on an H200)
-// -> tiles: register-tiled FP32 SIMT (128 x 128, the float32 default, ~85% of cuBLAS without TF32);
-// mma.sync tensor-core tiles, 128 x 128 ("mma128") and 128 x 256 ("mma256"), ~250-290 TFLOP/s
-// -> wgmma (square_matmul_sm90.cu, Hopper only, the half-type default there), ~340-430 TFLOP/s.
+// Ladder: "warp_per_row" (the original article's kernel, from the project make-torch-inplace: one warp
+// computes one output row from global memory, no tiling, no reuse; n <= 2048 from its 64-entry register
+// buffer; 0.5-0.9 TFLOP/s on an H200) -> tiles: register-tiled FP32 SIMT (128 x 128, the float32 default,
+// ~85% of cuBLAS without TF32); mma.sync tensor-core tiles, 128 x 256 ("mma256"), ~250-290 TFLOP/s
+// -> TMA + wgmma (square_matmul_sm90.cu, Hopper only, the half-type default there).
+//
+// Kernels are instanced by name expressions such as sqmm_mma<half, sqmm::W::transposed, sqmm::Loads::vector>.
 #include "common/types.cuh"
 
 namespace sqmm {
 
 constexpr int BM = 128, BN = 128, THREADS = 256;
+
+// The B operand: a @ W as given, or a @ W^T (linear_'s weight; also an F-contiguous w read as its transpose).
+enum class W { plain, transposed };
+// How tiles are read: 16-byte vectors (n a multiple of a 16-byte pack, a and w 16-byte aligned) or element
+// by element (any n, any alignment).
+enum class Loads { vector, scalar };
 
 template <typename A, typename B> struct Same { static constexpr bool value = false; };
 template <typename A> struct Same<A, A> { static constexpr bool value = true; };
@@ -114,7 +122,7 @@ template <> struct Pair2<bfloat16> { typedef __nv_bfloat162 type; static __devic
 // ---- tensor-core tile (float16 / bfloat16) ------------------------------------------------------
 
 constexpr int MMA_BK = 32, MMA_STAGES = 4;
-// Dynamic shared memory of a tile BM x TBN: 64 KB for TBN = 128, 96 KB for TBN = 256.
+// Dynamic shared memory of a tile BM x TBN: 96 KB for the 256 columns of sqmm_mma.
 template <int TBN> struct MmaSmem { static constexpr int bytes = MMA_STAGES * (BM * MMA_BK + MMA_BK * TBN) * 2; };
 
 // [128][32] tiles (A, and W^T as [n][k]): 64-byte rows of four 16-byte chunks, the chunk index XORed with
@@ -166,17 +174,19 @@ __device__ __forceinline__ void mma_load_stage(T* As, T* Bs, const T* a, const T
   }
 }
 
+constexpr int MMA_TBN = 256;  // sqmm_mma's tile columns
+
 // Tiled tensor-core kernel for float16 / bfloat16 (mma.sync m16n8k16, fragments by ldmatrix, float32
-// accumulators). Launch: persistent 1-D grid of at most one wave (>= tiles_n blocks), 256 threads (8 warps
-// as 2 x 4, each a 64 x TBN/4 piece of the 128 x TBN tile), MmaSmem<TBN>::bytes of dynamic shared memory;
-// ctrl zeroed (1 + row blocks entries). Any m (64-bit rows), any n with ceil(n / TBN) <= grid. ALIGNED:
-// n % 8 == 0 and a, w 16-byte aligned (cp.async path). TBN = 128: 2 blocks per SM, whose
-// epilogues and barrier waits overlap; TBN = 256: one block per SM, 1.5x fewer shared-memory reads per
-// mma (64 x 64 warp tiles). Unaligned tiles take one block per SM: at two, NVRTC 13.0 spills 8-16 bytes.
-template <typename T, bool TRANS, bool ALIGNED, int TBN>
-__global__ void __launch_bounds__(THREADS, (TBN == 128 && ALIGNED) ? 2 : 1)
+// accumulators), 128 x 256 tiles. Launch: persistent 1-D grid of at most one wave (one block per SM,
+// >= tiles_n blocks), 256 threads (8 warps as 2 x 4, each a 64 x 64 piece of the tile), MmaSmem<256>::bytes
+// (96 KB) of dynamic shared memory; ctrl zeroed (1 + row blocks entries). Any m (64-bit rows), any n with
+// ceil(n / 256) <= grid. Loads::vector: n % 8 == 0 and a, w 16-byte aligned (cp.async path).
+template <typename T, W B, Loads L>
+__global__ void __launch_bounds__(THREADS, 1)
 sqmm_mma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias, long long m, int n,
          unsigned* ctrl, unsigned tiles_n, unsigned total_tiles) {
+  constexpr bool TRANS = B == W::transposed, ALIGNED = L == Loads::vector;
+  constexpr int TBN = MMA_TBN;
   constexpr int NT = TBN / 32;  // n8 tiles per warp
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* As = reinterpret_cast<T*>(smem_raw);
@@ -291,11 +301,12 @@ template <bool ALIGNED> __device__ __forceinline__ float4 load4(const float* p, 
 // Register-tiled FP32 kernel (exact FP32 FMA, no TF32). Launch: persistent 1-D grid of at most one wave
 // (>= tiles_n blocks), 256 threads as 16 x 16, each computing 8 x 8 outputs of the 128 x 128 tile (two
 // 4-row and two 4-column groups 64 apart); 17 KB static shared memory; ctrl zeroed. Any m, any n with
-// ceil(n / 128) <= grid. ALIGNED: n % 4 == 0 and a, w 16-byte aligned (float4 loads and stores).
-template <bool TRANS, bool ALIGNED>
+// ceil(n / 128) <= grid. Loads::vector: n % 4 == 0 and a, w 16-byte aligned (float4 loads and stores).
+template <W B, Loads L>
 __global__ void __launch_bounds__(THREADS, 2)
 sqmm_simt(float* a, const float* __restrict__ w, const float* __restrict__ bias, int has_bias, long long m, int n,
           unsigned* ctrl, unsigned tiles_n, unsigned total_tiles) {
+  constexpr bool TRANS = B == W::transposed, ALIGNED = L == Loads::vector;
   __shared__ __align__(16) float As[2][F_BK][BM + F_PAD];
   __shared__ __align__(16) float Bs[2][F_BK][BN + F_PAD];
   __shared__ unsigned ticket;
@@ -401,15 +412,16 @@ sqmm_simt(float* a, const float* __restrict__ w, const float* __restrict__ bias,
 using sqmm::sqmm_mma;
 using sqmm::sqmm_simt;
 
-// ---- ladder: the seed's kernel -------------------------------------------------------------------
+// ---- ladder: the original article's kernel -------------------------------------------------------
 
-// The seed article's kernel, kept as the bottom rung: one warp per row, each lane computes up to 64
-// output columns straight from global memory (no tiling, no reuse of W between rows), keeps them in a
-// 64-entry register buffer and writes them after the whole row has been read. Launch: 1-D grid of
-// ceil(m / 4) blocks of 128 threads (4 rows per block). n <= 2048 (the host refuses more: the buffer
-// would overflow, which the seed did silently).
-template <typename T, bool TRANS>
-__global__ void sqmm_seed(T* a, const T* __restrict__ w, long long m, int n) {
+// The original article's kernel (make-torch-inplace), kept as the bottom rung: one warp per row, each
+// lane computes up to 64 output columns straight from global memory (no tiling, no reuse of W between
+// rows), keeps them in a 64-entry register buffer and writes them after the whole row has been read.
+// Launch: 1-D grid of ceil(m / 4) blocks of 128 threads (4 rows per block). n <= 2048 (the host refuses
+// more: the buffer would overflow, which the article's kernel did silently). No bias.
+template <typename T, sqmm::W B>
+__global__ void sqmm_warp_per_row(T* a, const T* __restrict__ w, long long m, int n) {
+  constexpr bool TRANS = B == sqmm::W::transposed;
   const int lane = threadIdx.x & 31;
   const long long row = (long long)blockIdx.x * 4 + (threadIdx.x >> 5);
   const int per = (n + 31) / 32;

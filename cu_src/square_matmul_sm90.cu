@@ -2,9 +2,15 @@
 // square_matmul.cu (persistent tiles in row-block order; every tile of a 128-row block waits until all
 // column tiles of the block have read A, then overwrites its rows), with the tile product on wgmma.
 // Compiled with -arch=sm_90a (the host loads this file only on compute capability 9.0 devices); on any
-// other target the kernel bodies are empty.
+// other target the kernel bodies are empty. Name expressions: sqmm_tma<half, sqmm::W::plain, sqmm::Ctas::pair>,
+// sqmm_wgmma<bfloat16, sqmm::W::transposed>.
 #include "square_matmul.cu"
 #include "common/cluster.cuh"
+
+namespace sqmm {
+// CTAs a cluster of sqmm_tma: one, or a pair on neighbouring row blocks sharing each W tile by TMA multicast.
+enum class Ctas { one = 1, pair = 2 };
+}  // namespace sqmm
 
 namespace sqmm90 {
 using namespace sqmm;
@@ -85,20 +91,21 @@ __device__ __forceinline__ void store_fragment(const float (&d)[4 * NJ], T* a, c
   }
 }
 
-// Tensor-core (wgmma) kernel for float16 / bfloat16, Hopper only. Launch: persistent 1-D grid of at most
-// one wave (one block per SM, >= tiles_n blocks), 256 threads = 2 warpgroups, each computing 64 rows x 256
-// columns of the 128 x 256 tile as two m64n128k16 products per 16-wide k step; SMEM bytes of dynamic
-// shared memory (4 stages of 128 x 64 A and 64 x 256 W tiles, 128-byte swizzled, filled by cp.async two
-// stages ahead); ctrl zeroed; mn_swap 0. n % 8 == 0 and a, w 16-byte aligned (the host checks); any m, any such n
-// with ceil(n / 256) <= grid.
-template <typename T, bool TRANS>
+// Tensor-core (wgmma) kernel for float16 / bfloat16, Hopper only (rows too many for TMA's 32-bit
+// coordinates). Launch: persistent 1-D grid of at most one wave (one block per SM, >= tiles_n blocks), 256
+// threads = 2 warpgroups, each computing 64 rows x 256 columns of the 128 x 256 tile as two m64n128k16
+// products per 16-wide k step; SMEM bytes of dynamic shared memory (4 stages of 128 x 64 A and 64 x 256 W
+// tiles, 128-byte swizzled, filled by cp.async two stages ahead); ctrl zeroed; mn_swap 0. n % 8 == 0 and a,
+// w 16-byte aligned (the host checks); any m, any such n with ceil(n / 256) <= grid.
+template <typename T, W B>
 __global__ void __launch_bounds__(THREADS, 1)
 sqmm_wgmma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias, long long m, int n,
            unsigned* ctrl, unsigned tiles_n, unsigned total_tiles, int mn_swap) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool TRANS = B == W::transposed;
   // N-major W tiles: atoms 8 KB apart along n, 8-row k groups 1 KB apart: leading byte offset = the
   // stride along n, stride byte offset = the stride along k, as CUTLASS's canonical layouts say. The H200
-  // confirmed it (mn_swap = 0); mn_swap = 1 exchanges the two fields and is wrong (kept for the probe).
+  // confirmed it (mn_swap = 0, what the host passes); mn_swap = 1 exchanges the two fields and is wrong.
   const unsigned mn_lbo = mn_swap ? 1024 : 8192, mn_sbo = mn_swap ? 8192 : 1024;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const unsigned raw = smem_addr(smem_raw);
@@ -189,14 +196,12 @@ sqmm_wgmma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bi
 // A CUtensorMap (TMA descriptor, built by the host with cuTensorMapEncodeTiled), passed by value.
 struct alignas(64) TmaMap { unsigned long long words[16]; };
 
-constexpr int TMA_THREADS = 384;                   // warpgroup 0: producer (+ store warp); 1 and 2: consumers
+constexpr int TMA_THREADS = 384;                   // warpgroup 0: producer + store warp; 1 and 2: consumers
 constexpr int C_TILE = BM * TBN * 2;               // a 128 x 256 half tile staged for the TMA store
-// Pipeline depth and dynamic shared memory of sqmm_tma<T, TRANS, STORE_WARP>: the staged output tile
-// (64 KB) costs one of the four 48 KB stages.
-__host__ __device__ constexpr int tma_stages(bool store_warp) { return store_warp ? 3 : 4; }
-__host__ __device__ constexpr int tma_smem(bool store_warp) {
-  return tma_stages(store_warp) * (A_STAGE + B_STAGE) * 2 + (store_warp ? C_TILE : 0) + 1024;
-}
+// Pipeline depth and dynamic shared memory of sqmm_tma: the staged output tile (64 KB) costs one of four
+// 48 KB stages.
+constexpr int TMA_STAGES = 3;
+constexpr int TMA_SMEM = TMA_STAGES * (A_STAGE + B_STAGE) * 2 + C_TILE + 1024;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // Box (c0 = column, c1 = row) of a 2-D tensor into shared memory; completes as bytes on `bar`.
@@ -234,7 +239,6 @@ __device__ __forceinline__ void tma_store(const TmaMap& map, int c0, int c1, uns
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
                ::"l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(src) : "memory");
 }
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 __device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
 
 // One m64n256 accumulator fragment (+ bias) as T pairs into the staged output tile: four [128 rows][64]
@@ -261,39 +265,38 @@ __device__ __forceinline__ void stage_fragment(const float (&d)[128], unsigned c
 #endif
 
 // Warp-specialised wgmma kernel for float16 / bfloat16, Hopper only. Launch: 1-D grid of
-// CL x min(resident clusters, tiles) blocks (>= tiles_n clusters, the host checks), clusters of CL blocks
-// along x (CL > 1: the launch's cluster attribute), 384 threads, tma_smem(STORE_WARP) bytes of dynamic
+// CL x min(resident clusters, tiles) blocks (>= tiles_n clusters, the host checks), clusters of CL = (int)C
+// blocks along x (Ctas::pair: the launch's cluster attribute), 384 threads, TMA_SMEM bytes of dynamic
 // shared memory; ctrl zeroed, 1 + CL * ceil(row blocks / CL) counters. A tile is CL row blocks x 256 columns
 // (CTA rank r of the cluster takes row block CL * (t / tiles_n) + r), dealt round-robin over the clusters
 // (tile = cluster id + i * clusters), so a cluster never holds two tiles of one row block and a tile only
-// waits for tiles of smaller index: no deadlock. One thread of warpgroup 0 loads tma_stages() stages ahead
+// waits for tiles of smaller index: no deadlock. One thread of warpgroup 0 loads TMA_STAGES stages ahead
 // with TMA (A [128][64] and W as [256 n][64 k] or four [64 k][64 n] atoms, 128-byte swizzle, out-of-range
 // zeros); warpgroups 1 and 2 each multiply 64 rows x 256 columns (m64n256k16) and release each stage
-// through an mbarrier.
-//  - STORE_WARP: the consumers write the tile (+ bias) into shared memory and go on to the next tile; one
-//    thread of warp 1 announces the row block's reads, waits for the row block, and writes the tile to A
-//    with TMA stores, so neither the wait nor the stores stall the tensor cores.
-//  - else the consumers wait for the row block themselves and store from registers.
-//  - CL = 2 (STORE_WARP only): the two CTAs of a cluster share the W tile of every k step: each loads its
+// through an mbarrier, write the tile (+ bias) into shared memory and go on to the next tile; one thread of
+// warp 1 (the store warp) announces the row block's reads, waits for the row block, and writes the tile to
+// A with TMA stores, so neither the wait nor the stores stall the tensor cores.
+//  - Ctas::pair: the two CTAs of a cluster share the W tile of every k step: each loads its
 //    half with a TMA multicast into both CTAs' shared memory (half the L2 -> SM bytes of W). A stage is
 //    refilled only when the consumers of both CTAs have released it (empty barriers count 2 x 2 arrivals,
 //    local and remote), and a CTA's producer leaves only after the last releases reached it.
 // map_a: A (m rows x n), box 64 x 128; map_w: W, box 64 x (256 / CL) (TRANS) or 64 x 64. n % 8 == 0,
 // m + 128 * CL < 2^31.
-template <typename T, bool TRANS, bool STORE_WARP, int CL = 1>
+template <typename T, W B, Ctas C>
 __global__ void __launch_bounds__(TMA_THREADS, 1)
 sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_w, T* a,
          const T* __restrict__ bias, int has_bias, long long m, int n, unsigned* ctrl, unsigned tiles_n,
          unsigned total_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(CL == 1 || (CL == 2 && STORE_WARP), "clusters of two, with the store warp");
-  constexpr int S = tma_stages(STORE_WARP);
+  constexpr bool TRANS = B == W::transposed;
+  constexpr int CL = (int)C;
+  constexpr int S = TMA_STAGES;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long full_bar[S], empty_bar[S], c_full, c_empty;
   const unsigned raw = smem_addr(smem_raw);
   const unsigned As = (raw + 1023) & ~1023u;            // S x [128 rows][64 k]
   const unsigned Bs = As + S * A_STAGE * 2;             // S x W tile
-  const unsigned Cs = Bs + S * B_STAGE * 2;             // STORE_WARP: the output tile, 4 x [128][64]
+  const unsigned Cs = Bs + S * B_STAGE * 2;             // the staged output tile, 4 x [128][64]
   const int tid = threadIdx.x, wg = tid >> 7;
   const int ktiles = (n + BK - 1) / BK;
   if (tid == 0) {
@@ -344,7 +347,7 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
       if (CL > 1) {  // stay until both CTAs' consumers have released every stage (their last remote arrivals)
         for (int s = 0; s < S; ++s, ++it) mbar_wait(smem_addr(&empty_bar[it % S]), ((it / S) & 1) ^ 1);
       }
-    } else if (STORE_WARP && tid == 32) {  // store warp
+    } else if (tid == 32) {  // store warp
       const unsigned rank = CL > 1 ? cluster_rank() : 0;
       unsigned i = 0;
       for (unsigned t = blockIdx.x / CL; t < total_tiles; t += gridDim.x / CL, ++i) {
@@ -364,13 +367,10 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-  const int cw = wg - 1, ctid = tid - 128, lane = tid & 31, wq = (tid >> 5) & 3;
+  const int cw = wg - 1, lane = tid & 31, wq = (tid >> 5) & 3;
   const bool signals = (tid & 127) == 0;  // one thread per warpgroup releases stages
-  const unsigned rank = CL > 1 ? cluster_rank() : 0;
   unsigned it = 0, i = 0;
   for (unsigned t = blockIdx.x / CL; t < total_tiles; t += gridDim.x / CL, ++i) {
-    const unsigned rb = (t / tiles_n) * CL + rank;
-    const long long row0 = (long long)rb * BM;
     const int n0 = (int)(t % tiles_n) * TBN;
     float acc[128];
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
@@ -392,18 +392,11 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
     wg_wait<0>();
     if (signals) release<CL>(smem_addr(&empty_bar[(it - 1) % S]));
     const int r = cw * 64 + wq * 16 + (lane >> 2), col = (lane & 3) * 2;
-    if (STORE_WARP) {
-      mbar_wait(smem_addr(&c_empty), (i & 1) ^ 1);  // the previous tile has left shared memory
-      stage_fragment(acc, Cs, bias + n0, has_bias, n - n0, r, col);
-      fence_proxy_async_shared();                          // the TMA store reads what these stores wrote
-      warpgroup_sync(cw + 1);
-      if (signals) mbar_arrive(smem_addr(&c_full));
-    } else {
-      consumers_sync();  // both warpgroups are done with this tile's A
-      if (ctid == 0) row_block_arrive_wait(ctrl + 1 + rb, tiles_n);
-      consumers_sync();
-      store_fragment<32>(acc, a, bias, has_bias, m, n, row0 + r, n0 + col);
-    }
+    mbar_wait(smem_addr(&c_empty), (i & 1) ^ 1);  // the previous tile has left shared memory
+    stage_fragment(acc, Cs, bias + n0, has_bias, n - n0, r, col);
+    fence_proxy_async_shared();                          // the TMA store reads what these stores wrote
+    warpgroup_sync(cw + 1);
+    if (signals) mbar_arrive(smem_addr(&c_full));
   }
 #endif
 }

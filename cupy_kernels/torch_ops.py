@@ -473,6 +473,8 @@ def timex(w, k, eps=0.0, variant="auto"):
 
 
 # ---- square_matmul_ / linear_: in-place A <- A @ W (+ bias), inference only (ops/square_matmul.py) --
+# Eager calls run square_matmul_impl directly; traced calls see cupy_kernels::square_matmul_inplace (it mutates a
+# and returns nothing, so no output can alias an input).
 from .ops import square_matmul as _sqmm  # noqa: E402
 
 
@@ -498,8 +500,13 @@ def _sqmm_no_grad(op, names, tensors):
 
 
 def _sqmm_call(a, w, bias, transpose, op):
-    run_inplace(a, (a, w, bias), lambda: _sqmm.square_matmul_impl(a, w, transpose, bias, op=op),
-                lambda: _sqmm_inplace_op(a, w, bias, transpose))
+    """Eager calls run the kernels directly, bumping a's version counter as the custom op's mutates_args does;
+    traced calls see the custom op."""
+    if untraced(a, w, bias):
+        _sqmm.square_matmul_impl(a, w, transpose, bias, op=op)
+        torch.autograd.graph.increment_version(a)
+    else:
+        _sqmm_inplace_op(a, w, bias, transpose)
 
 
 def square_matmul_(a, w, transpose=False):
@@ -515,6 +522,8 @@ def linear_(x, weight, bias=None):
 
 
 # ---- pad ----------------------------------------------------------------------------------------
+# Eager calls run the kernels directly, under autograd through _Pad (backward: pad_backward_impl); traced calls
+# see the custom ops cupy_kernels::pad and cupy_kernels::pad_backward (fresh outputs, never views of the input).
 
 from .ops import pad as _pad  # noqa: E402
 
@@ -551,15 +560,31 @@ def _pad_setup(ctx, inputs, output):
 
 def _pad_grad(ctx, grad):
     # A gather-sum per padded axis (no atomics): deterministic.
-    return _pad_backward_op(grad.contiguous(), *ctx.pad_args), None, None, None, None
+    return _pad_backward_op(grad, *ctx.pad_args), None, None, None, None
 
 
 _pad_op.register_autograd(_pad_grad, setup_context=_pad_setup)
 
 
+class _Pad(torch.autograd.Function):
+    """Eager pad under autograd: the backward needs only the spec."""
+
+    @staticmethod
+    def forward(ctx, x, spec):
+        ctx.spec = spec
+        return _pad.pad_impl(x, spec)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        return _pad.pad_backward_impl(grad, ctx.spec), None
+
+
 def pad(x, spec):
-    """ops.pad.pad for a torch tensor: `spec` is the validated ops.pad.Spec."""
-    if plain_eager(x):
+    """ops.pad's pad for a torch tensor: `spec` is the validated ops.pad.Spec."""
+    if untraced(x):
+        if torch.is_grad_enabled() and x.requires_grad:
+            return _Pad.apply(x, spec)
         return _pad.pad_impl(x, spec)
     bits = [b - (1 << 64) if b >= 1 << 63 else b for b in spec.bits]  # int64 schema: raw bits as signed
     return _pad_op(x, [v for pair in spec.pads for v in pair], spec.mode, bits, spec.stagger)

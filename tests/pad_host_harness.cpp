@@ -3,9 +3,9 @@
 // use, one after another, so the index maps, axis merging, alignment paths and partial chunks are
 // checked against numpy.pad without a GPU. The barrier / shared-memory plumbing is not exercised.
 //
-// stdin: the path ("forward": pad_forward's tiled and flat paths; "staged", "rows", "periodic": the
-//        kernels of those names) itemsize kmode threads xshift xoffset xcount <pad_forward args after x, y>
-//        then xcount * itemsize raw bytes; stdout: rows * wtot * itemsize raw bytes.
+// stdin: the path ("flat", "rows", "periodic": the kernels pad_flat, pad_rows, pad_periodic) itemsize kmode
+//        threads xshift xoffset xcount <the forward kernels' args after x, y> then xcount * itemsize raw
+//        bytes; stdout: rows * wtot * itemsize raw bytes.
 //    or: "gather" fkind A outk n C before fold brows bp0 bth stagger, then A*outk*C doubles;
 //        stdout: A*n*C doubles.
 #define PAD_HOST
@@ -42,48 +42,13 @@ static void forward(PadParams& p, int threads, const T* x, T* y) {
       }
     return;
   }
-  if (MODE == PAD_BRICK && g_path == "staged") {
-    const int V = 16 / sizeof(T);
-    std::vector<PadPack<T>> storage((p.ln + V) / V + 1);
-    T* buf = storage[0].v;
-    for (long long t = 0; t < p.tiles; ++t) {
-      long long row, seg;
-      pad_divmod(t, p.tpr, row, seg);
-      const PadRow r = pad_decode_row<PAD_BRICK>(p, row);
-      for (int j = 0; j < (int)p.ln + V; ++j) pad_brick_stage<T>(p, r, x, buf, j);
-      const long long E = row * p.wtot;
-      for (int tid = 0; tid < threads; ++tid)
-        for (int u = 0; u < p.unroll; ++u) {
-          const int col = pad_chunk_col<T>(E, (int)seg, p.tile_chunks, u * threads + tid);
-          if (col >= p.wtot) continue;
-          PadPack<T> v;
-          pad_brick_chunk<T>(p, buf, col, v);
-          pad_store_chunk<T>(y, E, col, (int)p.wtot, v);
-        }
-    }
-    return;
-  }
-  if (p.tile_chunks == 0) {
-    const long long V = 16 / sizeof(T), nchunks = (p.rows * p.wtot + V - 1) / V;
-    long long cur = -1;
-    PadRow r = {0, 0, -1, 0};
-    for (long long g = 0; g < nchunks; ++g) {
-      if (g % 3 == 0) cur = -1;  // some chunks with a fresh row cache, some reusing it
-      pad_flat_chunk<MODE, T>(p, x, y, g, cur, r);
-    }
-    return;
-  }
-  for (long long t = 0; t < p.tiles; ++t) {
-    const long long row = t / p.tpr, seg = t - row * p.tpr, E = row * p.wtot;
-    const PadRow r = pad_decode_row<MODE>(p, row);
-    for (int tid = 0; tid < threads; ++tid)
-      for (int u = 0; u < p.unroll; ++u) {
-        const int col = pad_chunk_col<T>(E, (int)seg, p.tile_chunks, u * threads + tid);
-        if (col >= p.wtot) continue;
-        PadPack<T> v;
-        pad_load_chunk<MODE, T>(p, r, x, col, v);
-        pad_store_chunk<T>(y, E, col, (int)p.wtot, v);
-      }
+  // pad_flat: every chunk of the flat output, some with a fresh row cache, some reusing it
+  const long long V = 16 / sizeof(T), nchunks = (p.rows * p.wtot + V - 1) / V;
+  long long cur = -1;
+  PadRow r = {0, 0, -1, 0};
+  for (long long g = 0; g < nchunks; ++g) {
+    if (g % 3 == 0) cur = -1;
+    pad_flat_chunk<MODE, T>(p, x, y, g, cur, r);
   }
 }
 

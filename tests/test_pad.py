@@ -60,7 +60,7 @@ def _random_case(g, max_dims, max_side, wide):
     nd = int(g.integers(1, max_dims + 1))
     shape = tuple(int(s) for s in g.choice([1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33], size=nd)) if g.random() < 0.5 \
         else tuple(int(s) for s in g.integers(1, max_side + 1, size=nd))
-    if g.random() < 0.3:  # wide rows: the tiled path of the kernel (>= 32 chunks of 16 bytes a row)
+    if g.random() < 0.3:  # wide rows: the row paths of the kernels (>= 32 chunks of 16 bytes a row)
         axis = int(g.integers(0, nd))
         shape = shape[:axis] + (int(g.integers(60, 700)),) + shape[axis + 1:]
     mode = str(g.choice(MODES + ("brick",) if nd >= 2 else MODES))
@@ -208,11 +208,42 @@ def test_host_arrays_rejected():
         ck.pad([1, 2, 3], 1)
 
 
-def test_tiling_choice():
-    for cpr in (32, 33, 127, 288, 289, 1000, 2056, 4097, 100000):
-        threads, unroll, tpr = P._choose_tiling(cpr)
-        assert threads % 32 == 0 and 64 <= threads <= 256 and 1 <= unroll <= 4
-        assert tpr * threads * unroll >= cpr > (tpr - 1) * threads * unroll
+def test_units_cover_each_row():
+    """pad_rows' segments and pad_periodic's units cover every chunk of a row, in whole warps / blocks."""
+    g = rng()
+    for _ in range(300):
+        shape = (int(g.integers(1, 4)), int(g.integers(1, 200)), int(g.integers(1, 5000)))
+        pads = [(0, 0), (int(g.integers(0, 5)), int(g.integers(0, 5))), (int(g.integers(0, 9000)), int(g.integers(0, 9000)))]
+        mode = str(g.choice(["reflect", "wrap", "brick", "constant"]))
+        itemsize = int(g.choice([1, 2, 4, 8]))
+        spec = P.normalize(shape, np.dtype(f"u{itemsize}"), pads, mode, stagger=3 if mode == "brick" else 0)
+        for rung in P.RUNGS:
+            geo = P.choose_path(P.geometry(shape, P.contiguous_strides(shape), itemsize, spec), itemsize, rung)
+            cpr = P._chunks_per_row(geo, itemsize)
+            if geo.path == "flat":
+                assert geo.chunks == 0 and (cpr < P.TUNING.narrow_chunks or rung == "flat")
+                continue
+            assert geo.tpr * geo.chunks >= cpr > (geo.tpr - 1) * geo.chunks
+            if geo.path == "rows":
+                assert geo.chunks % 32 == 0 and geo.chunks <= P.TUNING.row_unit_chunks and geo.threads == P.THREADS
+            else:
+                assert rung == "default" and geo.chunks % geo.threads == 0 and geo.threads <= 256
+
+
+def test_tuning_changes_the_paths():
+    """The thresholds are data: tuned() changes what a shape takes, and the table is restored after."""
+    from cupy_kernels._runtime.tuning import tuned
+
+    shape = (4, 100)
+    spec = P.normalize(shape, np.dtype("float32"), 1, "reflect")
+
+    def path():
+        return P.choose_path(P.geometry(shape, (100, 1), 4, spec), 4).path
+
+    assert path() == "flat"  # rows of 102 float32: 27 chunks, narrower than a warp's 32
+    with tuned(P, narrow_chunks=16):
+        assert path() == "rows"
+    assert path() == "flat" and P.TUNING.narrow_chunks == 32
 
 
 # ---- CPU: the kernel's device code, compiled for the host ----------------------------------------
@@ -240,13 +271,19 @@ def harness(tmp=Path("/tmp")) -> str | None:
 def harness_forward(exe, base, x, spec, xshift=0, rung="default"):
     """Run the device functions over the launch the GPU would get, for the view `x` of `base`."""
     size = x.dtype.itemsize
-    raw = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size]
     offset = (x.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // size
-    p, _ = P._cached_plan(x.shape, [s // size for s in x.strides], size, spec, rung)
-    head = f"{'forward' if p.path in ('flat', 'tiled') else p.path} {size} {p.kmode} {p.threads} {xshift} {offset} {base.size}\n"
-    head += " ".join(str(int(v)) for v in p.args()) + "\n"
-    out = subprocess.run([exe], input=head.encode() + base.view(raw).tobytes(), capture_output=True, check=True).stdout
-    return np.frombuffer(out, dtype=x.dtype).reshape(spec.out_shape), p
+    geo = P.choose_path(P.geometry(x.shape, [s // size for s in x.strides], size, spec), size, rung)
+    out = run_harness(exe, geo.path, size, geo.kmode, geo.threads, geo.args(), base, xshift, offset)
+    return np.frombuffer(out, dtype=x.dtype).reshape(spec.out_shape), geo
+
+
+def run_harness(exe, path, itemsize, kmode, threads, args, base, xshift=0, offset=0) -> bytes:
+    """One forward kernel (path "flat", "rows" or "periodic") over x = base[offset:] (raw bytes) on the host."""
+    raw = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
+    data = np.ascontiguousarray(base).view(raw)
+    head = f"{path} {itemsize} {kmode} {threads} {xshift} {offset} {data.size}\n"
+    head += " ".join(str(int(v)) for v in args) + "\n"
+    return subprocess.run([exe], input=head.encode() + data.tobytes(), capture_output=True, check=True).stdout
 
 
 def random_view(g, shape, dtype):
@@ -301,7 +338,7 @@ def test_device_code_on_host_matches_numpy():
             base = random_bits((math.prod(shape),), dtype, g)
             x = base.reshape(shape)
             spec = P.normalize(shape, x.dtype, pw, mode, 7 if mode == "constant" else 0, 10 if mode == "brick" else 0)
-            for rung in ("tiled", "rows", "default"):
+            for rung in ("rows", "default"):
                 got, p = harness_forward(exe, base, x, spec, xshift=xshift, rung=rung)
                 assert p.path != "flat", "expected a wide-row path"
                 assert same_bits(got, numpy_pad(x, pw, mode, 7 if mode == "constant" else 0, 10 if mode == "brick" else 0))
@@ -319,26 +356,6 @@ def check_on_host(exe, base, x, pads, mode, stagger, rung="default", xshift=0):
         return None
     assert same_bits(got, numpy_pad(np.ascontiguousarray(x), pads, mode, 0, stagger)), (x.shape, pads, mode, stagger, p)
     return p
-
-
-@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
-def test_staged_brick_on_host_matches_numpy():
-    """The shared-memory brick rung (its device functions, staged per tile as the kernel does)."""
-    exe = harness()
-    g = rng()
-    staged = 0
-    for i in range(300):
-        nd = int(g.integers(2, 4))
-        shape = tuple(int(v) for v in g.integers(1, 6, size=nd - 2)) + (int(g.integers(1, 60)), int(g.integers(1, 90)))
-        pads = [(int(g.integers(0, 3)), int(g.integers(0, 3))) for _ in range(nd - 2)]
-        pads += [(int(g.integers(0, 90)), int(g.integers(0, 90))), (int(g.integers(0, 300)), int(g.integers(0, 300)))]
-        dtype = str(g.choice(["uint8", "float16", "float32", "float64", "bool"]))
-        base, x = random_view(g, shape, dtype)
-        p = check_on_host(exe, base, x, pads, "brick", int(g.integers(-100, 100)), rung="staged")
-        staged += p is not None and p.path == "staged"
-    x = random_bits((48, 32), "float32", g)
-    assert check_on_host(exe, x, x, BRICK_CASE, "brick", 10, rung="staged").path == "staged"
-    assert staged > 100
 
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
@@ -402,6 +419,108 @@ def test_gather_code_on_host_matches_adjoint():
                 m = P.index_map(mode, n, before, after)
             np.add.at(ref[a], m, grad[a])
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+# ---- CPU: whole plans (several launches, workspaces) through the host harness ----------------------
+
+class RecordingBuilder:
+    """A PlanBuilder that records launches instead of loading kernels (no GPU): buffers 0 and 1 are the call's
+    arrays, workspaces follow."""
+
+    def __init__(self):
+        from cupy_kernels._runtime import Buffer
+
+        self.Buffer = Buffer
+        self.buffers = [Buffer(0), Buffer(1)]
+        self.workspaces = []
+        self.launches = []
+
+    def workspace(self, nbytes, zero=False, persistent=None):
+        w = self.Buffer(2 + len(self.workspaces), 256, nbytes, zero, persistent)
+        self.workspaces.append(w)
+        return w
+
+    def launch(self, kernel, grid, block, args, shared_mem=0, cluster=1, after_previous=False):
+        self.launches.append((kernel.name, grid, block, args))
+
+
+@pytest.fixture
+def no_device(monkeypatch):
+    """Grids from a made-up device of 132 SMs (the planning functions only read its size)."""
+    class Device:
+        sm_count = 132
+
+        @staticmethod
+        def resident_blocks(threads, per_sm_cap=32):
+            return 132 * max(1, min(per_sm_cap, 2048 // threads))
+
+    monkeypatch.setattr(P, "current", lambda: Device)
+    monkeypatch.setattr(P, "resident_blocks", lambda kernel, threads, smem=0: 132 * 4)
+
+
+def template_args(name):
+    return [a.strip() for a in name[name.index("<") + 1:-1].split(",")]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
+def test_split_plan_on_host_matches_numpy(no_device):
+    """More padded axes than one launch takes: plan_pad's two launches through an intermediate workspace (each run
+    by the host harness as the GPU would run it) give numpy.pad's bits."""
+    exe = harness()
+    g = rng()
+    for mode in MODES + ("brick",):
+        for dtype in ("int16", "uint8", "float64"):
+            x = random_bits((2, 3, 2, 3, 2, 3, 2, 3, 4), dtype, g)
+            pw = [(int(g.integers(0, 4)), int(g.integers(1, 4))) for _ in range(x.ndim)]
+            cv = [(int(g.integers(0, 50)), int(g.integers(0, 50))) for _ in range(x.ndim)]
+            spec = P.normalize(x.shape, x.dtype, pw, mode, cv if mode == "constant" else 0, 5 if mode == "brick" else 0)
+            b = RecordingBuilder()
+            size = x.dtype.itemsize
+            P.plan_pad(b, *b.buffers, x.shape, P.contiguous_strides(x.shape), size, spec)
+            assert len(b.launches) >= 2 and len(b.workspaces) >= 1
+            memory = {0: x}
+            for name, grid, block, args in b.launches:
+                src, dst = args[0].index, args[1].index
+                path = name[4:name.index("<")]
+                kmode = 3 if path == "periodic" else P.KMODE_NAMES.index(template_args(name)[0])
+                out = run_harness(exe, path, size, kmode, block, args[2:], memory[src])
+                assert len(out) == int(args[2]) * int(args[3]) * size
+                memory[dst] = np.frombuffer(out, dtype=x.dtype)
+            ref = numpy_pad(x, pw, mode, cv, 5)
+            assert same_bits(memory[1].reshape(ref.shape), ref), (mode, dtype, pw)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
+def test_backward_plan_on_host_matches_adjoint(no_device):
+    """plan_backward: one gather launch per padded axis, intermediates in two workspaces used in turn (run by the
+    host harness in float64), equal to the adjoint of the index maps."""
+    exe = harness()
+    g = rng()
+    for mode in ("edge", "reflect", "symmetric", "wrap", "brick"):
+        shape = (2, 3, 4, 5)
+        pw = [(int(g.integers(0, 3)), int(g.integers(0, 9))) for _ in shape]
+        spec = P.normalize(shape, np.dtype("float64"), pw, mode, stagger=2 if mode == "brick" else 0)
+        axes = sorted({i for i, p in enumerate(spec.pads) if p != (0, 0)} | ({3} if mode == "brick" else set()),
+                      reverse=True)
+        b = RecordingBuilder()
+        P.plan_backward(b, *b.buffers, "float64", spec, axes)
+        assert len(b.launches) == len(axes) and len(b.workspaces) == min(2, len(axes) - 1)
+        grad = g.standard_normal(spec.out_shape)
+        memory = {0: grad.ravel()}
+        for name, grid, block, args in b.launches:
+            fkind = P.FOLD_KIND_NAMES.index(template_args(name)[0])
+            A, outk, n, C, before, fold, brows, bp0, bth, stagger = (int(v) for v in args[2:])
+            head = f"gather {fkind} {A} {outk} {n} {C} {before} {fold} {brows} {bp0} {bth} {stagger}\n"
+            src = memory[args[0].index][:A * outk * C]
+            out = subprocess.run([exe], input=head.encode() + src.tobytes(), capture_output=True, check=True).stdout
+            memory[args[1].index] = np.frombuffer(out, dtype=np.float64)
+        np.testing.assert_allclose(memory[1].reshape(shape), adjoint(spec, grad), rtol=1e-12, atol=1e-12)
+    # half types: the first launch reads float16, the sums between stay in float32, the last writes float16
+    spec = P.normalize((3, 4, 5), np.dtype("float16"), 2, "reflect")
+    b = RecordingBuilder()
+    P.plan_backward(b, *b.buffers, "float16", spec, [2, 1, 0])
+    assert [template_args(n)[1:] for n, *_ in b.launches] == [["half", "float"], ["float", "float"], ["float", "half"]]
+    assert [w.nbytes for w in b.workspaces] == [7 * 8 * 5 * 4, 7 * 4 * 5 * 4]  # (7, 8, 9) -> (7, 8, 5) -> (7, 4, 5)
 
 
 # ---- GPU ------------------------------------------------------------------------------------------
@@ -478,7 +597,7 @@ def test_larger_shapes(mode, shape, pw):
 
 @gpu
 def test_ladder_rungs():
-    """Every rung of the ladder (flat, tiled, staged brick, rows, default) gives the same bits as numpy.pad."""
+    """Every rung of the ladder (flat, rows, default) gives the same bits as numpy.pad."""
     import cupy
 
     g = rng()
@@ -493,6 +612,31 @@ def test_ladder_rungs():
             for rung in P.RUNGS:
                 poison_pool(ref.nbytes)
                 assert same_bits(cupy.asnumpy(P.pad_impl(cupy.asarray(x), spec, rung=rung)), ref), (shape, mode, dtype, rung)
+
+
+@gpu
+def test_plans_take_the_expected_kernels():
+    """Which kernels a call's plan launches (plan.kernels): narrow rows pad_flat, wide rows pad_rows, brick rows
+    pad_periodic; too many axes two launches through a workspace (the leading axes' rows are wide, the last
+    axis' 6 elements narrow); a second call replays the same plan."""
+    import cupy
+
+    for shape, pw, mode, kernels in [((64, 5), 1, "reflect", ["pad_flat<PAD_PERIODIC, unsigned int>"]),
+                                     ((32, 1024), 1, "constant", ["pad_rows<PAD_CONSTANT, unsigned int>"]),
+                                     ((48, 32), BRICK_CASE, "brick", ["pad_periodic<unsigned int>"]),
+                                     ((2, 3) * 4 + (4,), 1, "edge", ["pad_rows<PAD_EDGE, unsigned int>",
+                                                                     "pad_flat<PAD_EDGE, unsigned int>"])]:
+        x = cupy.asarray(random_bits(shape, "float32", rng()))
+        spec = P.spec_for(x, pw, mode, stagger=10 if mode == "brick" else 0)
+        P.PLANS.clear()
+        y = P.pad_impl(x, spec)
+        (entry,) = P.PLANS.values()
+        assert list(entry.plan.kernels) == kernels, (shape, mode, entry.plan.kernels)
+        assert len(entry.plan.workspaces) == len(kernels) - 1
+        y2 = P.pad_impl(x, spec)
+        assert len(P.PLANS) == 1 and same_bits(cupy.asnumpy(y2), cupy.asnumpy(y))
+        ref = numpy_pad(cupy.asnumpy(x), pw, mode, 0, 10)
+        assert same_bits(cupy.asnumpy(y), ref)
 
 
 @gpu
@@ -662,3 +806,11 @@ def test_torch_compile_and_fake():
     f = torch.compile(lambda t: ck.pad(t, ((0, 0), (0, 0), (2, 3), (4, 5)), mode="reflect") * 2, backend="aot_eager")
     ref = np.pad(x.cpu().numpy(), ((0, 0), (0, 0), (2, 3), (4, 5)), mode="reflect") * 2
     np.testing.assert_array_equal(f(x).cpu().numpy(), ref)
+    # the custom ops' autograd (pad_backward traced) gives the eager backward's bits; a pad of zero width
+    # returns a fresh tensor (a custom op may not return a view of its input)
+    for pw, mode in ((((0, 0), (0, 0), (2, 3), (4, 5)), "reflect"), (0, "edge"), (((0, 0), (1, 1), (0, 0), (3, 0)), "constant")):
+        xg = x.clone().requires_grad_()
+        g = torch.compile(lambda t: (ck.pad(t, pw, mode=mode) ** 2).sum(), backend="aot_eager")
+        (gc,) = torch.autograd.grad(g(xg), xg)
+        (ge,) = torch.autograd.grad((ck.pad(xg, pw, mode=mode) ** 2).sum(), xg)
+        assert torch.equal(gc, ge), (pw, mode)

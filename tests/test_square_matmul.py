@@ -1,6 +1,6 @@
 """square_matmul_ / linear_ / InplaceLinear: in-place A <- A @ W (+ bias) against float64 products on
-the device, over the issue's grid of n and m, both W layouts, the unaligned paths, the seed rung, peak
-memory, and the error cases (most of which run on the CPU)."""
+the device, over a grid of n and m, both W layouts, the unaligned paths, the original article's rung, peak
+memory, and the error cases; the kernel choice and the launch plans' arguments on the CPU."""
 import numpy as np
 import pytest
 
@@ -64,7 +64,7 @@ def check_product(m, n, dtype, transpose, via="torch", lead=None, variant="auto"
     return err
 
 
-# ---- the issue's grid ---------------------------------------------------------------------------
+# ---- the grid of n and m ------------------------------------------------------------------------
 
 
 @torch_gpu
@@ -84,14 +84,13 @@ def test_grid_transposed(m, n, dtype):
 
 
 @torch_gpu
-@pytest.mark.parametrize("variant", ("mma128", "mma256"))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 @pytest.mark.parametrize("n", NS + (129, 257, 4097))
-def test_mma_variants(n, dtype, variant):
-    """Both tensor-core tiles, whichever "auto" picks, on both W layouts."""
+def test_mma256(n, dtype):
+    """The mma.sync tile (the half default off Hopper), whatever "auto" picks here, on both W layouts."""
     for m in (33, 4096):
         for transpose in (False, True):
-            check_product(m, n, dtype, transpose, variant=variant)
+            check_product(m, n, dtype, transpose, variant="mma256")
 
 
 @torch_gpu
@@ -142,7 +141,8 @@ def test_tma_repeated_calls_and_graph(variant):
     assert rel(a, ref) <= 4 * TOL["bfloat16"]
     b = randn((3000, n), "bfloat16")
     ref = reference(b, w, False)
-    sq.SOURCE90.load_all()
+    # the calls above planned this (shape, alignment): the captured call replays the plan (no compilation,
+    # no module load inside the capture); its counters come from the graph's pool, zeroed by a captured memset
     graph = torch.cuda.CUDAGraph()
     keep = b.clone()
     with torch.cuda.graph(graph):
@@ -154,18 +154,33 @@ def test_tma_repeated_calls_and_graph(variant):
 
 
 def test_choose_kernel():
+    from cupy_kernels._runtime.tuning import tuned
+
     c = sq.choose_kernel
     assert c("float32", "auto", True, True) == "simt"
     assert c("bfloat16", "auto", True, True) == "tma_cluster"
     assert c("float16", "auto", True, False) == "mma256"   # unaligned rows: scalar-load mma path
     assert c("float16", "auto", False, True) == "mma256"   # not Hopper
-    assert c("float16", "mma128", True, True) == "mma128"
+    assert c("float16", "mma256", True, True) == "mma256"
     assert c("float16", "wgmma", True, True) == "wgmma"
+    assert c("float32", "warp_per_row", False, False) == "warp_per_row"
     for variant in sq.HOPPER:
         with pytest.raises(ValueError, match="compute capability 9.0"):
             c("float16", variant, False, True)
         with pytest.raises(ValueError, match="float16 / bfloat16"):
             c("float32", variant, True, True)
+    with tuned(sq, hopper_half="tma"):  # the choice is data
+        assert c("bfloat16", "auto", True, True) == "tma"
+    assert c("bfloat16", "auto", True, True) == "tma_cluster"
+
+
+def test_kernel_names_read_as_what_they_are():
+    assert sq.tiled_name("float16", True, True) == "sqmm_mma<half, sqmm::W::transposed, sqmm::Loads::vector>"
+    assert sq.tiled_name("float32", False, False) == "sqmm_simt<sqmm::W::plain, sqmm::Loads::scalar>"
+    assert sq.tma_name("bfloat16", False, 2) == "sqmm_tma<bfloat16, sqmm::W::plain, sqmm::Ctas::pair>"
+    assert sq.warp_per_row_name("float32", True) == "sqmm_warp_per_row<float, sqmm::W::transposed>"
+    names = sq.SOURCE.names + sq.SOURCE90.names
+    assert len(names) == 18 + 12 and not [n for n in names if "true" in n or "false" in n]
 
 
 @torch_gpu
@@ -173,9 +188,10 @@ def test_float32_refuses_mma_variants():
     a, w = randn((4, 8), "float32"), randn((8, 8), "float32")
     before = a.clone()
     with pytest.raises(ValueError, match="float16 / bfloat16"):
-        sq.square_matmul_impl(a, w, variant="mma128")
-    with pytest.raises(ValueError, match="variant must be one of"):
-        sq.square_matmul_impl(a, w, variant="tiled")
+        sq.square_matmul_impl(a, w, variant="mma256")
+    for retired in ("tiled", "mma128", "tma_direct"):
+        with pytest.raises(ValueError, match="variant must be one of"):
+            sq.square_matmul_impl(a, w, variant=retired)
     assert torch.equal(a, before)
 
 
@@ -203,7 +219,7 @@ def test_leading_dims_and_empty(dtype):
 def test_unaligned_base_pointer(dtype, n):
     """A view starting one element into its storage: not 16-byte aligned, so the scalar-load kernels."""
     m = 300
-    for transpose, variant in ((False, "auto"), (True, "auto"), (False, "mma128"), (True, "mma128")):
+    for transpose, variant in ((False, "auto"), (True, "auto"), (False, "mma256"), (True, "mma256")):
         if variant != "auto" and dtype == "float32":
             continue
         buf = randn((m * n + 1,), dtype)
@@ -239,23 +255,27 @@ def test_transposed_view_of_w(dtype):
 @torch_gpu
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("n", (7, 1000, 2048))
-def test_seed_rung(dtype, n):
+def test_warp_per_row_rung(dtype, n):
+    """The original article's kernel (make-torch-inplace: a warp per row), the ladder's bottom rung."""
     from cupy_kernels._runtime import to_cupy
 
     for transpose in (False, True):
         a = randn((257, n), dtype)
         w = randn((n, n), dtype, 1 / n ** 0.5)
         ref = reference(a, w, transpose)
-        sq.square_matmul_impl(to_cupy(a), to_cupy(w), transpose, variant="seed")
+        sq.square_matmul_impl(to_cupy(a), to_cupy(w), transpose, variant="warp_per_row")
         assert rel(a, ref) <= TOL[dtype]
 
 
 @torch_gpu
-def test_seed_rung_refuses_large_n():
+def test_warp_per_row_rung_refuses_large_n():
     a, w = randn((4, 2056), "float32"), randn((2056, 2056), "float32")
     before = a.clone()
     with pytest.raises(ValueError, match="n <= 2048"):
-        sq.square_matmul_impl(a, w, variant="seed")
+        sq.square_matmul_impl(a, w, variant="warp_per_row")
+    with pytest.raises(ValueError, match="takes no bias"):
+        sq.square_matmul_impl(a[:, :8].contiguous(), w[:8, :8].contiguous(), bias=w[0, :8].contiguous(),
+                              variant="warp_per_row", op="linear_")
     assert torch.equal(a, before)
 
 
@@ -347,6 +367,32 @@ def test_errors_on_device():
     assert not torch.equal(a, before)
 
 
+@torch_gpu
+def test_plan_replayed_and_overlap_checked_per_call():
+    """A call plans once per (shapes, strides, alignment, ...); later calls replay the plan (its kernel, its zeroed
+    counters) and still check the pointers: a w that overlaps a raises on a plan hit too."""
+    n = 64
+    a, w = randn((256, n), "float32"), randn((n, n), "float32", 1 / n ** 0.5)
+    sq.PLANS.clear()
+    for _ in range(2):
+        ref = reference(a, w, False)
+        sq.square_matmul_impl(a, w)
+        assert rel(a, ref) <= TOL["float32"]
+    (entry,) = sq.PLANS.values()
+    assert entry.plan.kernels == ("sqmm_simt<sqmm::W::plain, sqmm::Loads::vector>",)
+    assert [ws.zero for ws in entry.plan.workspaces] == [True]
+    before = a.clone()
+    with pytest.raises(ValueError, match="overlaps"):
+        sq.square_matmul_impl(a, a[:n])  # the same key as (a, w): a hit
+    assert len(sq.PLANS) == 1 and torch.equal(a, before)
+    if sq.has_wgmma():
+        a, w = randn((1000, 1024), "bfloat16"), randn((1024, 1024), "bfloat16", 1 / 32)
+        sq.PLANS.clear()
+        sq.square_matmul_impl(a, w)
+        (entry,) = sq.PLANS.values()
+        assert entry.plan.kernels == ("sqmm_tma<bfloat16, sqmm::W::plain, sqmm::Ctas::pair>",)
+
+
 @gpu
 def test_cupy_errors():
     import cupy
@@ -412,17 +458,98 @@ def test_inplace_linear_state_dict_cpu():
         InplaceLinear.from_linear(torch.nn.Linear(16, 8))
 
 
-def test_plan_and_limits():
-    tiles_n, rbs, total, grid = sq.plan(65536, 4096, 128, 264)
+def test_tile_schedule_and_limits():
+    tiles_n, rbs, total, grid = sq.tile_schedule(65536, 4096, 128, 264)
     assert (tiles_n, rbs, total, grid) == (32, 512, 16384, 264)
-    assert sq.plan(65536, 4097, 256, 132) == (17, 512, 17 * 512, 132)
-    assert sq.plan(1, 1, 128, 264) == (1, 1, 1, 1)
+    assert sq.tile_schedule(65536, 4097, 256, 132) == (17, 512, 17 * 512, 132)
+    assert sq.tile_schedule(1, 1, 128, 264) == (1, 1, 1, 1)
     assert sq.max_n(264, 128) == sq.max_n(132, 256) == 33792 >= 8192
-    assert sq.mma_smem(128) == 65536 and sq.mma_smem(256) == 98304
-    assert sq.tile_cols("float32", "auto") == 128 and sq.tile_cols("float16", "mma128") == 128
-    assert set(sq.VARIANTS) == {"auto", "tma_cluster", "tma", "tma_direct", "wgmma", "mma256", "mma128", "seed"}
+    assert sq.mma_smem() == 98304
+    assert sq.tile_cols("float32") == 128 and sq.tile_cols("float16") == 256
+    assert set(sq.VARIANTS) == {"auto", "tma_cluster", "tma", "wgmma", "mma256", "warp_per_row"}
     # clusters of two: tiles of two row blocks, row blocks rounded up to an even count, grid in clusters
-    assert sq.plan(65536, 4096, 256, 66, 2) == (16, 512, 16 * 256, 66)
-    assert sq.plan(129, 264, 256, 66, 2) == (2, 2, 2, 2)
-    assert sq.plan(300, 1024, 256, 66, 2) == (4, 4, 8, 8)
+    assert sq.tile_schedule(65536, 4096, 256, 66, 2) == (16, 512, 16 * 256, 66)
+    assert sq.tile_schedule(129, 264, 256, 66, 2) == (2, 2, 2, 2)
+    assert sq.tile_schedule(300, 1024, 256, 66, 2) == (4, 4, 8, 8)
     assert sq.WGMMA_SMEM == 4 * (128 * 64 + 64 * 256) * 2 + 1024
+    assert sq.TMA_SMEM == 3 * (128 * 64 + 64 * 256) * 2 + 128 * 256 * 2 + 1024
+
+
+# ---- launch plans on the CPU (a recording builder, no kernels loaded) ---------------------------------
+
+
+class RecordingBuilder:
+    def __init__(self, nbuffers):
+        from cupy_kernels._runtime import Buffer
+
+        self.Buffer = Buffer
+        self.buffers = [Buffer(i) for i in range(nbuffers)]
+        self.workspaces = []
+        self.launches = []
+
+    def workspace(self, nbytes, zero=False, persistent=None):
+        w = self.Buffer(len(self.buffers) + len(self.workspaces), 256, nbytes, zero, persistent)
+        self.workspaces.append(w)
+        return w
+
+    def launch(self, kernel, grid, block, args, shared_mem=0, cluster=1, after_previous=False):
+        self.launches.append(dict(name=kernel.name, grid=grid, block=block, args=args, smem=shared_mem,
+                                  cluster=cluster))
+
+
+class FakeKernel:
+    def __init__(self, name):
+        self.name = name
+
+
+def test_persistent_plan_arguments(monkeypatch):
+    """The SIMT plan: one launch of at most one wave, the zeroed row-block counters as its only workspace, a's
+    buffer standing in for an absent bias."""
+    monkeypatch.setattr(sq, "resident_blocks", lambda kernel, threads, smem=0: 264)
+    b = RecordingBuilder(2)
+    a, w = b.buffers
+    sq.plan_product(b, "simt", "float32", False, True, a, w, None, 65536, 4096)
+    (ctrl,) = b.workspaces
+    assert ctrl.zero and ctrl.nbytes == 4 * (1 + 512) and not ctrl.persistent
+    (launch,) = b.launches
+    assert launch["name"] == "sqmm_simt<sqmm::W::plain, sqmm::Loads::vector>"
+    assert launch["grid"] == 264 and launch["block"] == 256 and launch["smem"] == 0
+    args = launch["args"]
+    assert args[0] is a and args[1] is w and args[2] is a and args[3] == 0 and args[6] is ctrl
+    assert [type(v) for v in args[3:]] == [np.int32, np.int64, np.int32, type(ctrl), np.uint32, np.uint32]
+    assert (int(args[4]), int(args[5]), int(args[7]), int(args[8])) == (65536, 4096, 32, 32 * 512)
+    with pytest.raises(ValueError, match="column tiles"):  # n beyond the tiles one wave holds
+        sq.plan_product(RecordingBuilder(2), "simt", "float32", False, True, a, w, None, 64, 264 * 128 + 1)
+
+
+def test_tma_cluster_plan_arguments(monkeypatch):
+    """The Hopper default's plan: TMA descriptors computed per call from the call's pointers (Deferred, 128 bytes
+    each, from a and w), a cluster launch of two CTAs, the counters rounded up to whole clusters."""
+    monkeypatch.setattr(sq.SOURCE90, "kernel", lambda name, shared_mem=0: FakeKernel(name))
+    monkeypatch.setattr(sq, "max_active_clusters", lambda kernel, threads, smem, cluster: 66)
+    from cupy_kernels._runtime import Deferred
+
+    b = RecordingBuilder(3)
+    a, w, bias = b.buffers
+    sq.plan_product(b, "tma_cluster", "bfloat16", True, True, a, w, bias, 300, 1024, "linear_")
+    (launch,) = b.launches
+    assert launch["name"] == "sqmm_tma<bfloat16, sqmm::W::transposed, sqmm::Ctas::pair>"
+    assert launch["cluster"] == 2 and launch["grid"] == 2 * 8 and launch["block"] == 384
+    assert launch["smem"] == sq.TMA_SMEM
+    map_a, map_w, *rest = launch["args"]
+    assert isinstance(map_a, Deferred) and map_a.indices == (0,) and map_a.nbytes == 128
+    assert isinstance(map_w, Deferred) and map_w.indices == (1,) and map_w.nbytes == 128
+    assert rest[0] is a and rest[1] is bias and rest[2] == 1
+    (ctrl,) = b.workspaces
+    assert ctrl.zero and ctrl.nbytes == 4 * (1 + 4)  # 300 rows: 3 row blocks, rounded up to 4 (two clusters)
+
+
+def test_warp_per_row_plan_limits():
+    """The original article's kernel: no counters, a warp a row, refused for a bias or n > 2048 at plan time."""
+    b = RecordingBuilder(3)
+    a, w, bias = b.buffers
+    with pytest.raises(ValueError, match="takes no bias"):
+        sq.plan_product(b, "warp_per_row", "float32", False, False, a, w, bias, 4, 8)
+    with pytest.raises(ValueError, match="n <= 2048"):
+        sq.plan_product(b, "warp_per_row", "float32", False, False, a, w, None, 4, 2056)
+    assert not b.launches and not b.workspaces

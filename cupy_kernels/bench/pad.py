@@ -1,4 +1,4 @@
-"""pad: brick-wall tiling (issue 6) against a fill of the output and whole-tensor torch formulations;
+"""pad: brick-wall tiling against a fill of the output and whole-tensor torch formulations;
 constant / reflect / edge (and the other modes) on (32, 3, 1024, 1024) float32 against
 torch.nn.functional.pad and cupy.pad; channels-last and uint8 images; the backward."""
 from __future__ import annotations
@@ -10,8 +10,9 @@ BRICK_PADS = ((2048, 2048), (4096, 4096))
 STAGGER = 10
 
 
-def brick_torch_seed_style(tile, coords, p0, p1, stagger, shift_x, shift_y, y):
-    """The seed's whole-tensor formulation (seed 002), adapted to this op's lattice: pixel
+def brick_torch_article_style(tile, coords, p0, p1, stagger, shift_x, shift_y, y):
+    """The whole-tensor formulation of the original article (预处理加速干货:大幅加速数据预处理、轻松定制高性能ML算子,
+    "data pre-processing speed-ups: custom high-performance ML operators"), adapted to this op's lattice: pixel
     coordinates -> lattice coordinates -> (band, brick) by floor -> tile pixel -> gather."""
     import torch
 
@@ -83,30 +84,27 @@ def pad_suite(quick: bool):
     filled = torch.empty(out_shape, device="cuda")
     rows = torch.arange(out_shape[0], device="cuda", dtype=torch.int32)
     cols = torch.arange(out_shape[1], device="cuda", dtype=torch.int32)
-    coords = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=2)  # made once, like the seed
+    coords = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=2)  # made once, as the article does
     shift_x = torch.tensor([TILE[1], 0], device="cuda", dtype=torch.int32)
     shift_y = torch.tensor([STAGGER, TILE[0]], device="cuda", dtype=torch.int32)
     yvec = torch.tensor([float(TILE[1]), 1.0], device="cuda")
     p0, p1 = BRICK_PADS[0][0], BRICK_PADS[1][0]
     ours = ck.pad(tile, BRICK_PADS, mode="brick", stagger=STAGGER)
-    spec = P.normalize(TILE, P._np_dtype(tile), BRICK_PADS, "brick", stagger=STAGGER)
+    spec = P.spec_for(tile, BRICK_PADS, "brick", stagger=STAGGER)
     for name, other in [(f"{rung} rung", P.pad_impl(tile, spec, rung=rung)) for rung in P.RUNGS] + [
-            ("torch seed-style", brick_torch_seed_style(tile, coords, p0, p1, STAGGER, shift_x, shift_y, yvec)),
+            ("torch article-style", brick_torch_article_style(tile, coords, p0, p1, STAGGER, shift_x, shift_y, yvec)),
             ("torch gather", brick_torch_gather(tile, out_shape, p0, p1, STAGGER))]:
         if not torch.equal(ours, other):
             print(f"  pad brick: the {name} formulation disagrees with ours")
     del ours
-    spec = P.normalize(TILE, P._np_dtype(tile), BRICK_PADS, "brick", stagger=STAGGER)
     yield Group("pad brick", f"{TILE[0]}x{TILE[1]} -> {out_shape[0]}x{out_shape[1]}", "float32", {
         "cupy_kernels": lambda: ck.pad(tc, BRICK_PADS, mode="brick", stagger=STAGGER),
         "cupy_kernels (torch in)": lambda: ck.pad(tile, BRICK_PADS, mode="brick", stagger=STAGGER),
         "ladder flat (per-element path)": lambda: P.pad_impl(tc, spec, rung="flat"),
-        "ladder tiled (block tiles of a row)": lambda: P.pad_impl(tc, spec, rung="tiled"),
-        "ladder staged (rows in shared memory)": lambda: P.pad_impl(tc, spec, rung="staged"),
         "ladder rows (a warp per row)": lambda: P.pad_impl(tc, spec, rung="rows"),
         "torch fill_ (output size)": lambda: filled.fill_(1.0),
-        "torch whole-tensor (seed-style)": lambda: brick_torch_seed_style(tile, coords, p0, p1, STAGGER, shift_x,
-                                                                          shift_y, yvec),
+        "torch whole-tensor (the original article's)": lambda: brick_torch_article_style(tile, coords, p0, p1, STAGGER,
+                                                                                       shift_x, shift_y, yvec),
         "torch whole-tensor (gather)": lambda: brick_torch_gather(tile, out_shape, p0, p1, STAGGER),
     }, bytes=filled.nbytes + tile.nbytes, note="bytes = output written (+ the 6 KB tile)")
     del filled, coords, rows, cols
@@ -120,10 +118,9 @@ def pad_suite(quick: bool):
     for mode in ("constant", "reflect", "edge") + (() if quick else ("symmetric", "wrap")):
         impls = {"cupy_kernels": lambda mode=mode: ck.pad(xc, pw, mode=mode),
                  "cupy_kernels (torch in)": lambda mode=mode: ck.pad(x, pw, mode=mode)}
-        spec = P.normalize(x.shape, P._np_dtype(x), pw, mode)
+        spec = P.spec_for(x, pw, mode)
         if mode in ("reflect", "constant"):
             impls["ladder flat (per-element path)"] = lambda spec=spec: P.pad_impl(xc, spec, rung="flat")
-        impls["ladder tiled (block tiles of a row)"] = lambda spec=spec: P.pad_impl(xc, spec, rung="tiled")
         if mode in torch_mode:
             impls["torch F.pad"] = lambda mode=mode: F.pad(x, (64, 64, 64, 64), mode=torch_mode[mode])
         impls["cupy.pad"] = lambda mode=mode: cupy.pad(xc, pw, mode=mode)
@@ -172,9 +169,9 @@ def pad_suite(quick: bool):
     if replay is not None:
         if not torch.equal(out, ck.pad(tile_g, BRICK_PADS, mode="brick", stagger=STAGGER)):
             print("  pad brick: graph replay output differs")
-        spec = P.normalize(TILE, P._np_dtype(tile_g), BRICK_PADS, "brick", stagger=STAGGER)
+        spec = P.spec_for(tile_g, BRICK_PADS, "brick", stagger=STAGGER)
         impls = {"cupy_kernels (graph replay)": replay}
-        for rung in ("flat", "tiled", "staged", "rows"):
+        for rung in ("flat", "rows"):
             rung_replay, _ = graphed(lambda rung=rung: P.pad_impl(tile_g, spec, rung=rung))
             if rung_replay is not None:
                 impls[f"ladder {rung} (graph replay)"] = rung_replay
@@ -191,8 +188,8 @@ def pad_suite(quick: bool):
         if replay is None:
             continue
         impls = {"cupy_kernels (graph replay)": replay}
-        spec = P.normalize(x.shape, P._np_dtype(x), pw, mode)
-        for rung in ("flat", "tiled") if mode != "edge" else ("tiled",):
+        spec = P.spec_for(x, pw, mode)
+        for rung in ("flat",) if mode != "edge" else ():
             rung_replay, _ = graphed(lambda spec=spec, rung=rung: P.pad_impl(x, spec, rung=rung))
             if rung_replay is not None:
                 impls[f"ladder {rung} (graph replay)"] = rung_replay

@@ -1,6 +1,7 @@
 """In-place square matmul A <- A @ W at m = 65536, n = 1024 / 2048 / 4096 in float32 / float16 /
 bfloat16, against torch.matmul (cuBLAS; TF32 off for float32), with TFLOP/s and the peak device memory
-each needs beyond its inputs (in the note); plus the seed's ladder rung on a smaller problem."""
+each needs beyond its inputs (in the note); plus the original article's kernel (the ladder's bottom rung, a warp
+per row) on a smaller problem."""
 from __future__ import annotations
 
 from . import Group, suite
@@ -68,7 +69,7 @@ def square_matmul_suite(quick: bool):
             if dtype != "float32":  # the default is tma_cluster on Hopper (aligned rows), else mma256
                 from ..ops.square_matmul import has_wgmma
 
-                for v in (("tma", "tma_direct", "wgmma") if has_wgmma() else ()) + ("mma256", "mma128"):
+                for v in (("tma", "wgmma") if has_wgmma() else ()) + ("mma256",):
                     impls[f"ladder {v}"] = lambda v=v: square_matmul_impl(ac, wc, variant=v)
                 impls["ladder mma256 transpose=True"] = lambda: square_matmul_impl(ac, wc, True, variant="mma256")
             impls["torch.matmul (cuBLAS)"] = lambda: torch.matmul(a, w)
@@ -76,13 +77,14 @@ def square_matmul_suite(quick: bool):
                         bytes=2 * a.nbytes + w.nbytes, flops=2 * M * n * n, note=note)
             del a, w, ac, wc, impls
             torch.cuda.empty_cache()
-    # The ladder: the seed's warp-per-row kernel (n <= 2048) on a problem it finishes in reasonable time.
+    # The ladder: the original article's warp-per-row kernel (n <= 2048) on a problem it finishes in reasonable time.
     for dtype in ("float32",) if quick else ("float32", "float16"):
         m, n = 4096, 1024
         a, w, ac, wc = _inputs(m, n, dtype)
         yield Group("square_matmul_ ladder", f"{m}x{n} @ {n}x{n}", dtype,
                     {"cupy_kernels (tiled)": lambda: ck.square_matmul_(ac, wc),
-                     "ladder seed (warp per row)": lambda: square_matmul_impl(ac, wc, variant="seed"),
+                     "ladder warp_per_row (the original article's)": lambda: square_matmul_impl(ac, wc,
+                                                                                      variant="warp_per_row"),
                      "torch.matmul (cuBLAS)": lambda: torch.matmul(a, w)},
                     bytes=2 * a.nbytes + w.nbytes, flops=2 * m * n * n)
         del a, w, ac, wc

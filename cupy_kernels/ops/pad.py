@@ -5,63 +5,101 @@ brick-wall tiling in one kernel per call, with a deterministic gather-sum backwa
 and constant_values (bit-identical results on every dtype); mode "brick" repeats the array's last
 two axes as a tile on a brick lattice: out[..., r, c] = x[..., (r - p0) mod th,
 (c - p1 - stagger * floor((r - p0) / th)) mod tw] (leading axes wrap; stagger 0 is "wrap").
+
+A call is planned once per (spec, dtype, shape, strides, rung, device): `geometry` merges axes and
+`choose_path` picks the kernel, `plan_pad` records the launch (or two through an intermediate workspace when
+too many axes stay after merging), and every later call with that key replays the plan.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._runtime import Call, KernelSource, kind_of, ceil_div, cupy_dtype, current, dtype_name, is_torch, resident_blocks
+from .._runtime import (ACC, CTYPES, CUPY, ITEMSIZE, UNSIGNED_CTYPES, KernelSource, PlanBuilder, ceil_div, current,
+                        dtype_name, kind_of, numpy_dtype, resident_blocks)
+from .._runtime.tuning import PlanCache
 
 SOURCE = KernelSource("pad.cu")
 MODES = ("constant", "edge", "reflect", "symmetric", "wrap", "brick")
-KMODE = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 2, "wrap": 2, "brick": 3}
-FOLD = {"wrap": 0, "reflect": 1, "symmetric": 2, "constant": 0, "edge": 0, "brick": 0}
-UTYPE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+KMODE = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 2, "wrap": 2, "brick": 3}  # the forward kernels' MODE
+KMODE_NAMES = ("PAD_CONSTANT", "PAD_EDGE", "PAD_PERIODIC", "PAD_BRICK")                # ... as pad.cu spells it
+FOLD = {"wrap": 0, "reflect": 1, "symmetric": 2, "constant": 0, "edge": 0, "brick": 0}  # FOLD_* in pad.cu
+FOLD_KIND = {"edge": 0, "reflect": 1, "symmetric": 1, "wrap": 1, "brick": 2}         # pad_gather's FMODE
+FOLD_KIND_NAMES = ("FOLD_EDGE_AXIS", "FOLD_PERIODIC_AXIS", "FOLD_BRICK_AXIS")
 DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
           "float16", "bfloat16", "float32", "float64", "complex64")
 GRAD_DTYPES = ("float16", "bfloat16", "float32", "float64")
 MAXD = 6          # PAD_MAXD in pad.cu
 NCONST = 2 * MAXD + 2
-NARROW_CHUNKS = 32  # rows with fewer 16-byte chunks take the flat (per-element) path
-FOLD_KIND = {"edge": 0, "reflect": 1, "symmetric": 1, "wrap": 1, "brick": 2}  # FOLD_*_AXIS
-ACC = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64"}
-CT = {"float16": "half", "bfloat16": "bfloat16", "float32": "float", "float64": "double"}
+THREADS = 256     # the block of pad_flat, pad_rows and pad_gather
+# The kernels (paths): "flat" one chunk a thread, element by element (pad_flat); "rows" a warp a row segment
+# (pad_rows); "periodic" brick and short-period wrap rows, stores only (pad_periodic). The ladder's rungs force
+# one: "flat" (a thread per output chunk, as the original article's kernel takes a thread per pixel), "rows"
+# (no periodic rows), "default" (the fastest that applies).
+PATHS = ("flat", "rows", "periodic")
+RUNGS = ("flat", "rows", "default")
 
 
-def _forward_name(kmode, itemsize):
-    return f"pad_forward<{kmode}, {UTYPE[itemsize]}>"
+@dataclass(frozen=True)
+class Tuning:
+    # Rows of fewer 16-byte chunks than this take pad_flat: pad_rows gives a row (segment) a warp of 32 lanes, one
+    # chunk a lane a step, so a shorter row leaves lanes idle. (The warp's width; not swept.)
+    narrow_chunks: int = 32
+    # pad_flat's grid: at most this many waves of 256-thread blocks (counted by threads), grid-striding. (Not swept.)
+    flat_waves: int = 4
+    # pad_rows' grid: waves of short-lived warps from the occupancy calculator. 32x3x1024x1024 +64 (H, W) float32:
+    # 1 wave 88.9-89.9% of copy, 4 waves 92.2-93.4%, 8 waves 94.4-94.5%, 16 waves 95.5-95.7% (H200, f8637c0).
+    rows_waves: int = 16
+    # A pad_rows unit: at most this many 16-byte chunks of one row; longer rows are cut into segments. (Not swept.)
+    row_unit_chunks: int = 1024
+    # pad_periodic's grid: brick 48x32 -> 4144x8224 float32 with thread 0 decoding the block's next row: 36.8 us
+    # at 1 wave, 35.8 at 2-4 waves (H200, f8637c0).
+    periodic_waves: int = 4
+    # pad_periodic: a long row's units are this many stores a thread (rows of up to twice that: one unit). 1-D wrap
+    # to 136 MB: 106.5% of a fill_ of the output with 8, 112.9% with 16 (H200, 7fe75c4).
+    periodic_unit_stores: int = 8
+    # pad_gather's grid (the backward): the column blocks of a row capped at this many waves of 256-thread blocks
+    # (counted by threads) over the rows. (Not swept.)
+    gather_waves: int = 4
 
 
-def _gather_name(fkind, tin, tout):
-    return f"pad_gather<{fkind}, {CT[tin]}, {CT[tout]}>"
+TUNING = Tuning()
+PLANS = PlanCache()
 
 
-def _gather_pairs():
+def flat_name(kmode, itemsize):
+    return f"pad_flat<{KMODE_NAMES[kmode]}, {UNSIGNED_CTYPES[itemsize]}>"
+
+
+def rows_name(kmode, itemsize):
+    return f"pad_rows<{KMODE_NAMES[kmode]}, {UNSIGNED_CTYPES[itemsize]}>"
+
+
+def periodic_name(itemsize):
+    return f"pad_periodic<{UNSIGNED_CTYPES[itemsize]}>"
+
+
+def gather_name(fkind, tin, tout):
+    return f"pad_gather<{FOLD_KIND_NAMES[fkind]}, {CTYPES[tin]}, {CTYPES[tout]}>"
+
+
+def gather_pairs(fkind):
+    """(input, output) dtypes of pad_gather's launches: the first padded axis reads the gradient's dtype, the
+    last writes it, those between hold the accumulator type. Brick columns are always the first axis."""
     pairs = []
     for t in GRAD_DTYPES:
         acc = ACC[t]
-        pairs += [(t, t), (t, acc), (acc, acc), (acc, t)]
+        pairs += [(t, t), (t, acc)] + ([(acc, acc), (acc, t)] if fkind != FOLD_KIND["brick"] else [])
     return list(dict.fromkeys(pairs))
 
 
-def _staged_name(itemsize):
-    return f"pad_brick_staged<{UTYPE[itemsize]}>"
-
-
-def _rows_name(kmode, itemsize):
-    return f"pad_rows<{kmode}, {UTYPE[itemsize]}>"
-
-
-def _periodic_name(itemsize):
-    return f"pad_periodic<{UTYPE[itemsize]}>"
-
-
-SOURCE.declare([_forward_name(m, s) for m in range(4) for s in UTYPE] + [_staged_name(s) for s in UTYPE]
-               + [_rows_name(m, s) for m in range(4) for s in UTYPE] + [_periodic_name(s) for s in UTYPE]
-               + [_gather_name(k, a, b) for k in range(3) for a, b in _gather_pairs()])
+SOURCE.declare([flat_name(m, s) for m in range(4) for s in UNSIGNED_CTYPES]
+               + [rows_name(m, s) for m in range(4) for s in UNSIGNED_CTYPES]
+               + [periodic_name(s) for s in UNSIGNED_CTYPES]
+               + [gather_name(k, a, b) for k in range(3) for a, b in gather_pairs(k)])
 
 
 # ---- arguments, exactly as numpy.pad reads them ---------------------------------------------------
@@ -128,10 +166,33 @@ class Spec:
     mode: str
     bits: list = field(default_factory=list)  # 2 per axis, constant mode only
     stagger: int = 0
+    _token: int | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def out_shape(self):
         return tuple(n + b + a for n, (b, a) in zip(self.shape, self.pads))
+
+    @property
+    def token(self) -> int:
+        """A small int naming the spec's value (equal specs share it): the plan caches' key, cheap to hash."""
+        t = self._token
+        if t is None:
+            t = self._token = _token((tuple(self.shape), tuple(tuple(p) for p in self.pads), self.mode,
+                                      tuple(self.bits), self.stagger))
+        return t
+
+
+_TOKENS: dict = {}
+_NEXT_TOKEN = itertools.count()
+
+
+def _token(value) -> int:
+    t = _TOKENS.get(value)
+    if t is None:
+        if len(_TOKENS) >= 4096:
+            _TOKENS.clear()  # later specs get fresh tokens: the plans keyed by the old ones only miss
+        t = _TOKENS[value] = next(_NEXT_TOKEN)
+    return t
 
 
 def normalize(shape, np_dtype, pad_width, mode="constant", constant_values=0, stagger=0) -> Spec:
@@ -210,7 +271,8 @@ class _TooManyAxes(Exception):
 
 
 @dataclass
-class Plan:
+class Geometry:
+    """A forward launch: the merged axes, the kernel (path) and its units."""
     kmode: int
     fold: int
     outer: list         # [(out, n, before, stride)]
@@ -221,22 +283,20 @@ class Plan:
     stagger: int
     rows: int
     wtot: int
-    threads: int = 256
-    unroll: int = 0     # chunks a thread per tile ("tiled" path)
-    tpr: int = 0        # units (tiles) per row
-    chunks: int = 0     # 16-byte chunks per unit
-    path: str = "flat"  # the kernel: one of PATHS
+    threads: int = THREADS
+    tpr: int = 0        # units per row (rows, periodic)
+    chunks: int = 0     # 16-byte chunks per unit (0: flat)
+    path: str = "flat"  # one of PATHS
 
     @property
     def tiles(self):
         return self.rows * self.tpr
 
     def args(self):
-        """Kernel arguments after (x, y), in pad_forward's order."""
+        """Kernel arguments after (x, y), in the forward kernels' order (PAD_FORWARD_ARGS)."""
         outer = list(self.outer) + [(1, 1, 0, 0)] * (MAXD - len(self.outer))
         a = [np.int64(self.rows), np.int64(self.wtot), np.int64(self.tiles), np.int64(self.tpr),
-             np.int32(self.chunks), np.int32(self.unroll), np.int32(len(self.outer)),
-             np.int32(self.fold)]
+             np.int32(self.chunks), np.int32(0), np.int32(len(self.outer)), np.int32(self.fold)]
         for ax in outer:
             a += [np.int64(v) for v in ax]
         a += [np.int64(v) for v in self.last] + [np.int64(self.blk), np.int64(self.stagger),
@@ -245,22 +305,8 @@ class Plan:
         return tuple(a)
 
 
-def _choose_tiling(cpr, max_unroll=4):
-    """(threads, unroll, tiles per row) covering `cpr` chunks with the fewest idle slots."""
-    best = None
-    for unroll in range(max_unroll, 0, -1):
-        for threads in range(256, 63, -32):
-            tile = threads * unroll
-            tpr = ceil_div(cpr, tile)
-            util = cpr / (tpr * tile)
-            key = (math.floor(util * 25), unroll, threads)  # within 4% of utilisation: more chunks a thread
-            if best is None or key > best[0]:
-                best = (key, threads, unroll, tpr)
-    return best[1:]
-
-
-def plan(shape, strides, itemsize, spec: Spec) -> Plan:
-    """Merge axes and pick the launch; `strides` in elements of x. Raises _TooManyAxes."""
+def geometry(shape, strides, itemsize, spec: Spec) -> Geometry:
+    """Merge axes; `strides` in elements of x. Raises _TooManyAxes (more outer axes than one launch takes)."""
     mode = spec.mode
     kmode = KMODE[mode]
     brick = mode == "brick"
@@ -295,111 +341,163 @@ def plan(shape, strides, itemsize, spec: Spec) -> Plan:
     cval[2 * MAXD], cval[2 * MAXD + 1] = last[4]
     ln, lb, la, ls = last[0], last[1], last[2], last[3]
     lout = ln + lb + la
-    p = Plan(kmode=kmode, fold=FOLD[mode], outer=[(n + b + a, n, b, st) for n, b, a, st, _, _ in outer],
-             last=(lout, ln, lb, ls), blk=blk, contig=ls == blk, cval=cval, stagger=spec.stagger,
-             rows=math.prod(n + b + a for n, b, a, _, _, _ in outer), wtot=lout * blk)
-    if p.wtot >= 2**31 - 64:
-        raise ValueError(f"pad: output rows of {p.wtot} elements (after merging unpadded trailing axes) "
+    g = Geometry(kmode=kmode, fold=FOLD[mode], outer=[(n + b + a, n, b, st) for n, b, a, st, _, _ in outer],
+                 last=(lout, ln, lb, ls), blk=blk, contig=ls == blk, cval=cval, stagger=spec.stagger,
+                 rows=math.prod(n + b + a for n, b, a, _, _, _ in outer), wtot=lout * blk)
+    if g.wtot >= 2**31 - 64:
+        raise ValueError(f"pad: output rows of {g.wtot} elements (after merging unpadded trailing axes) "
                          "exceed the kernel's 32-bit column indexing (2^31 - 64)")
-    return p
+    return g
 
 
-# The kernels (paths) and the ladder's rungs: "flat" one chunk per thread, element by element;
-# "tiled" block tiles of a row (pad_forward); "staged" brick rows through shared memory;
-# "rows" a warp per row segment (pad_rows); "periodic" brick / short wrap rows, stores only.
-PATHS = ("flat", "tiled", "staged", "rows", "periodic")
-RUNGS = ("flat", "tiled", "staged", "rows", "default")
-ROW_UNIT_CHUNKS = 1024       # a pad_rows unit: at most this many 16-byte chunks of one row
-PERIODIC_UNIT_STORES = 8     # pad_periodic: a long row's units are this many stores a thread (shorter rows: one unit)
-STAGED_MAX_BYTES = 32 << 10  # shared memory for one staged tile row (brick, "staged" rung)
-# Grids: at most this many full waves (scripts/sweep_pad.py: more, shorter-lived blocks balance better).
-GRID_WAVES = {"tiled": 1, "staged": 1, "rows": 16, "periodic": 4}
-
-
-def _chunks_per_row(p: Plan, itemsize):
+def _chunks_per_row(g: Geometry, itemsize):
     vec = 16 // itemsize
-    return p.wtot // vec if p.wtot % vec == 0 else ceil_div(p.wtot + vec - 1, vec)
+    return g.wtot // vec if g.wtot % vec == 0 else ceil_div(g.wtot + vec - 1, vec)
 
 
-def _periodic_threads(p: Plan, itemsize):
+def _periodic_threads(g: Geometry, itemsize):
     """Block size for pad_periodic (a multiple of the row's period in chunks, <= 256), or 0 when the
     row is not periodic in a way it can use."""
-    periodic = p.kmode == KMODE["brick"] or (p.kmode == KMODE["wrap"] and p.fold == FOLD["wrap"])
-    if not periodic or p.blk != 1:
+    periodic = g.kmode == KMODE["brick"] or (g.kmode == KMODE["wrap"] and g.fold == FOLD["wrap"])
+    if not periodic or g.blk != 1:
         return 0
-    period = p.last[1] // math.gcd(p.last[1], 16 // itemsize)  # chunks
+    period = g.last[1] // math.gcd(g.last[1], 16 // itemsize)  # chunks
     step = math.lcm(period, 32) if math.lcm(period, 32) <= 256 else period
     threads = step * (256 // step) if step <= 256 else 0
-    return threads if threads and _chunks_per_row(p, itemsize) >= 2 * threads else 0
+    return threads if threads and _chunks_per_row(g, itemsize) >= 2 * threads else 0
 
 
-def choose_path(p: Plan, itemsize, rung="default"):
-    """Set p's path and unit geometry for a rung of the ladder ("default": the fastest path that applies)."""
-    cpr = _chunks_per_row(p, itemsize)
-    wide = cpr >= NARROW_CHUNKS
-    p.path, p.unroll, p.tpr, p.chunks, p.threads = "flat", 0, 0, 0, 256
-    if not wide or rung == "flat":
-        return p
-    periodic_threads = _periodic_threads(p, itemsize) if rung == "default" else 0
+def choose_path(g: Geometry, itemsize, rung="default"):
+    """Set g's path and unit geometry for a rung of the ladder ("default": the fastest path that applies)."""
+    cpr = _chunks_per_row(g, itemsize)
+    g.path, g.tpr, g.chunks, g.threads = "flat", 0, 0, THREADS
+    if cpr < TUNING.narrow_chunks or rung == "flat":
+        return g
+    periodic_threads = _periodic_threads(g, itemsize) if rung == "default" else 0
     if periodic_threads:
-        p.path, p.threads = "periodic", periodic_threads
-        rounds = ceil_div(cpr, p.threads)  # stores a thread per row: a row is one unit unless it is long
-        p.chunks = p.threads * (rounds if rounds <= 2 * PERIODIC_UNIT_STORES else PERIODIC_UNIT_STORES)
-        p.tpr = ceil_div(cpr, p.chunks)
-    elif rung in ("rows", "default"):
-        p.path = "rows"
-        p.tpr = ceil_div(cpr, ROW_UNIT_CHUNKS)
-        p.chunks = ceil_div(ceil_div(cpr, p.tpr), 32) * 32
-    elif rung == "staged" and p.kmode == KMODE["brick"] and (p.last[1] + 16 // itemsize) * itemsize <= STAGED_MAX_BYTES:
-        p.path = "staged"
-        p.threads, p.unroll, p.tpr = _choose_tiling(cpr, 4)  # shared loads: up to 4 chunks a thread
-        p.chunks = p.threads * p.unroll
+        g.path, g.threads = "periodic", periodic_threads
+        rounds = ceil_div(cpr, g.threads)  # stores a thread per row: a row is one unit unless it is long
+        stores = TUNING.periodic_unit_stores
+        g.chunks = g.threads * (rounds if rounds <= 2 * stores else stores)
+        g.tpr = ceil_div(cpr, g.chunks)
     else:
-        p.path = "tiled"
-        p.threads, p.unroll, p.tpr = _choose_tiling(cpr, min(itemsize, 4))  # UMAX in pad.cu
-        p.chunks = p.threads * p.unroll
-    return p
+        g.path = "rows"
+        g.tpr = ceil_div(cpr, TUNING.row_unit_chunks)
+        g.chunks = ceil_div(ceil_div(cpr, g.tpr), 32) * 32
+    return g
 
 
-def _launch(xc, y, p: Plan, args):
-    itemsize = y.dtype.itemsize
-    props = current()
-    smem = 0
-    if p.path == "flat":
-        kernel = SOURCE.kernel(_forward_name(p.kmode, itemsize))
-        chunks = ceil_div(p.rows * p.wtot, 16 // itemsize)
-        grid = min(ceil_div(chunks, 256), props.resident_blocks(256) * 4)
-    elif p.path == "rows":
-        kernel = SOURCE.kernel(_rows_name(p.kmode, itemsize))
-        grid = min(ceil_div(p.tiles, p.threads // 32), resident_blocks(kernel, p.threads) * GRID_WAVES["rows"])
+# ---- planning -----------------------------------------------------------------------------------------
+
+
+def _launch(b: PlanBuilder, x, y, g: Geometry, itemsize):
+    """Record the forward launch of `g` (x, y: Buffers of b)."""
+    if g.path == "flat":
+        kernel = SOURCE.kernel(flat_name(g.kmode, itemsize))
+        grid = min(ceil_div(ceil_div(g.rows * g.wtot, 16 // itemsize), THREADS),
+                   current().resident_blocks(THREADS) * TUNING.flat_waves)
+    elif g.path == "rows":
+        kernel = SOURCE.kernel(rows_name(g.kmode, itemsize))
+        grid = min(ceil_div(g.tiles, g.threads // 32), resident_blocks(kernel, g.threads) * TUNING.rows_waves)
     else:
-        if p.path == "staged":
-            kernel = SOURCE.kernel(_staged_name(itemsize))
-            smem = ceil_div((p.last[1] + 16 // itemsize) * itemsize, 16) * 16
-        elif p.path == "periodic":
-            kernel = SOURCE.kernel(_periodic_name(itemsize))
-        else:
-            kernel = SOURCE.kernel(_forward_name(p.kmode, itemsize))
-        grid = min(p.tiles, resident_blocks(kernel, p.threads, smem) * GRID_WAVES[p.path])
-    kernel((max(grid, 1),), (p.threads,), (xc, y) + args, shared_mem=smem)
+        kernel = SOURCE.kernel(periodic_name(itemsize))
+        grid = min(g.tiles, resident_blocks(kernel, g.threads) * TUNING.periodic_waves)
+    b.launch(kernel, max(grid, 1), g.threads, (x, y) + g.args())
 
 
-# ---- public API -----------------------------------------------------------------------------------
+def contiguous_strides(shape) -> tuple:
+    """C-contiguous element strides of `shape`."""
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(out))
 
-def _np_dtype(x):
-    return np.dtype(np.bool_) if dtype_name(x) == "bool" else cupy_dtype(dtype_name(x))
+
+def plan_pad(b: PlanBuilder, x, y, shape, strides, itemsize, spec: Spec, rung="default") -> None:
+    """Record the launches padding x (`shape`, element `strides`) into the C-contiguous y by `spec` (x, y: Buffers
+    of b): one launch, or, when too many axes stay after merging a contiguous x, the leading padded axes first into
+    a workspace and then the rest (exactly how numpy.pad composes axes, corners included). Raises _TooManyAxes
+    when x's strides leave too many axes (the caller plans for a contiguous copy)."""
+    try:
+        g = choose_path(geometry(shape, strides, itemsize, spec), itemsize, rung)
+    except _TooManyAxes:
+        if tuple(strides) != contiguous_strides(shape):
+            raise
+        ndim = len(shape)
+        padded = [i for i, pw in enumerate(spec.pads) if tuple(pw) != (0, 0)]
+        cut = padded[len(padded) // 2]
+        if spec.mode == "brick":
+            cut = min(cut, ndim - 2)
+        keep = [(0, 0)] * ndim
+        first = Spec(tuple(shape), list(spec.pads[:cut]) + keep[cut:], "wrap" if spec.mode == "brick" else spec.mode,
+                     spec.bits[: 2 * cut] + [0] * (2 * (ndim - cut)) if spec.bits else [])
+        mid = b.workspace(math.prod(first.out_shape) * itemsize)
+        plan_pad(b, x, mid, shape, strides, itemsize, first, rung)
+        second = Spec(first.out_shape, keep[:cut] + list(spec.pads[cut:]), spec.mode,
+                      [0] * (2 * cut) + spec.bits[2 * cut:] if spec.bits else [], spec.stagger)
+        plan_pad(b, mid, y, first.out_shape, contiguous_strides(first.out_shape), itemsize, second, rung)
+        return
+    _launch(b, x, y, g, itemsize)
+
+
+def plan_backward(b: PlanBuilder, g, r, dtype, spec: Spec, axes) -> None:
+    """Record the backward's gather-sums: for each padded axis in `axes` (last first) one pad_gather launch folding
+    the output axis onto the input axis, from the C-contiguous gradient g into r (Buffers of b); the sums between
+    launches in the accumulator type, in two workspaces used in turn."""
+    ndim = len(spec.shape)
+    acc = ACC[dtype]
+    shapes = [list(spec.out_shape)]
+    for axis in axes:
+        shapes.append(shapes[-1][:axis] + [spec.shape[axis]] + shapes[-1][axis + 1:])
+    middle = [math.prod(s) * ITEMSIZE[acc] for s in shapes[1:-1]]  # the intermediate results
+    work = [b.workspace(max(middle[k::2])) for k in range(min(2, len(middle)))]
+    blocks = current().resident_blocks(THREADS) * TUNING.gather_waves
+    cur = g
+    for j, axis in enumerate(axes):
+        last = j == len(axes) - 1
+        tin = dtype if j == 0 else acc
+        tout = dtype if last else acc
+        shape, n = shapes[j], spec.shape[axis]
+        res = r if last else work[j % 2]
+        A, C = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
+        brick_cols = spec.mode == "brick" and axis == ndim - 1
+        fkind = FOLD_KIND["brick" if brick_cols else "wrap" if spec.mode == "brick" else spec.mode]
+        fold = FOLD["wrap" if spec.mode == "brick" else spec.mode]
+        brows = shape[-2] if brick_cols else 1
+        bp0 = spec.pads[-2][0] if brick_cols else 0
+        bth = spec.shape[-2] if brick_cols else 1
+        rows, cols = (A, n) if C == 1 else (A * n, C)
+        grid = (min(ceil_div(cols, THREADS), max(1, blocks // min(rows, 65535))), min(rows, 65535))
+        b.launch(SOURCE.kernel(gather_name(fkind, tin, tout)), grid, THREADS,
+                 (cur, res, np.int64(A), np.int64(shape[axis]), np.int64(n), np.int64(C),
+                  np.int64(spec.pads[axis][0]), np.int32(fold), np.int64(brows), np.int64(bp0), np.int64(bth),
+                  np.int64(spec.stagger)))
+        cur = res
+
+
+# ---- calls --------------------------------------------------------------------------------------------------
+
+
+def numpy_dtype_of(x):
+    """The NumPy dtype of a CuPy array or a torch tensor (bool and bfloat16 included)."""
+    return numpy_dtype(dtype_name(x))
 
 
 def _freeze(v):
-    """A hashable, type-preserving key of a pad argument (TypeError if it has none)."""
+    """A hashable, type-preserving key of a pad argument (TypeError if it has none): ints and strings as they are,
+    containers tagged with their type (1, 1.0 and True, [1] and (1,) stay apart)."""
+    t = type(v)
+    if t is int or t is str:
+        return v
     if isinstance(v, (list, tuple)):
-        return (type(v).__name__,) + tuple(_freeze(e) for e in v)
+        return (t, *[_freeze(e) for e in v])
     if isinstance(v, dict):
-        return ("dict",) + tuple((_freeze(k), _freeze(e)) for k, e in v.items())
+        return (dict, *[(_freeze(k), _freeze(e)) for k, e in v.items()])
     if isinstance(v, np.ndarray):
-        return ("ndarray", v.dtype.str, v.shape) + _freeze(v.tolist())
+        return (np.ndarray, v.dtype.str, v.shape) + _freeze(v.tolist())
     hash(v)
-    return (type(v), v)
+    return (t, v)
 
 
 _SPECS: dict = {}  # argument key -> Spec: repeated calls skip the validation (host time per call)
@@ -417,7 +515,7 @@ def spec_for(x, pad_width, mode="constant", constant_values=0, stagger=0) -> Spe
         key = None
     spec = _SPECS.get(key) if key is not None else None
     if spec is None:
-        spec = normalize(tuple(x.shape), _np_dtype(x), pad_width, mode, constant_values, stagger)
+        spec = normalize(tuple(x.shape), numpy_dtype(dt), pad_width, mode, constant_values, stagger)
         if key is not None:
             if len(_SPECS) >= 1024:
                 _SPECS.clear()
@@ -425,133 +523,117 @@ def spec_for(x, pad_width, mode="constant", constant_values=0, stagger=0) -> Spe
     return spec
 
 
-def pad_impl(x, spec: Spec, rung: str = "default"):
-    """The kernels' path for either kind of input (no autograd). `rung` picks a step of the ladder
-    (benchmark, tests): "flat" forces the per-element path on every row, "tiled" block tiles,
-    "staged" brick rows through shared memory (other modes: "tiled"), "rows" a warp per row segment;
-    "default" the fastest that applies ("periodic" for brick and short-period wrap rows, else "rows")."""
+@dataclass(frozen=True)
+class _Entry:
+    """A planned call: the result's shape and dtype, whether the input is copied (contiguous) first, the plan (None:
+    no kernel; then `part` is the input's region that is the result: a 0-d, empty or unpadded array, or the
+    constant backward's slice)."""
+    shape: tuple
+    dtype: str
+    copy: bool
+    plan: object
+    part: tuple = ()
+
+
+def _build(kind, x, spec: Spec, rung, device) -> _Entry:
+    """Validate a pad call and plan it (a miss of PLANS: every check happens here)."""
     if rung not in RUNGS:
         raise ValueError(f"pad: rung must be one of {', '.join(RUNGS)}; got {rung!r}")
-    with Call("pad", x) as call:
-        xc = call.arg(x, "x", dtypes=DTYPES)
-        if tuple(xc.shape) != spec.shape:
-            raise ValueError(f"pad: x has shape {tuple(xc.shape)}; the spec was made for {spec.shape}")
-        y = call.empty(spec.out_shape, dtype_name(x))
-        _pad_into(xc, y, spec, rung)
-        return call.result(y)
-
-
-def _pad_into(xc, y, spec: Spec, rung="default"):
-    import cupy
-
-    if y.size == 0:
-        return
-    if xc.ndim == 0:
-        y[...] = xc
-        return
-    itemsize = xc.dtype.itemsize
-    raw = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
-    xr, yr = xc.view(raw), y.view(raw)
-    if y.data.ptr % 16:
-        raise ValueError("pad: the output buffer is not 16-byte aligned")  # our own allocation always is
-    strides = [s // itemsize for s in xr.strides]
+    dt = dtype_name(x)
+    if dt not in DTYPES:
+        raise TypeError(f"pad: x has dtype {dt}; expected one of {', '.join(DTYPES)}")
+    shape = tuple(x.shape)
+    if shape != tuple(spec.shape):
+        raise ValueError(f"pad: x has shape {shape}; the spec was made for {tuple(spec.shape)}")
+    out_shape = spec.out_shape
+    if not shape or math.prod(out_shape) == 0:
+        return _Entry(out_shape, dt, False, None)
+    itemsize = ITEMSIZE[dt]
+    b = PlanBuilder(device, (1, 256))  # x is read at any alignment; y is a fresh allocation
     try:
-        p, args = _cached_plan(xr.shape, strides, itemsize, spec, rung)
-    except _TooManyAxes:
-        if not xr.flags.c_contiguous:
-            xr = cupy.ascontiguousarray(xr)
-            try:
-                p = choose_path(plan(xr.shape, [s // itemsize for s in xr.strides], itemsize, spec), itemsize, rung)
-            except _TooManyAxes:
-                p = None
-        else:
-            p = None
-        if p is None:  # separable: pad the leading padded axes first, then the rest
-            padded = [i for i, pw in enumerate(spec.pads) if pw != (0, 0)]
-            cut = padded[len(padded) // 2]
-            if spec.mode == "brick":
-                cut = min(cut, xr.ndim - 2)
-            keep = [(0, 0)] * xr.ndim
-            first = Spec(spec.shape, spec.pads[:cut] + keep[cut:], "wrap" if spec.mode == "brick" else spec.mode,
-                         spec.bits[: 2 * cut] + [0] * (2 * (xr.ndim - cut)) if spec.bits else [])
-            mid = cupy.empty(first.out_shape, dtype=raw)
-            _pad_into(xr, mid, first, rung)
-            second = Spec(first.out_shape, keep[:cut] + spec.pads[cut:], spec.mode,
-                          [0] * (2 * cut) + spec.bits[2 * cut:] if spec.bits else [], spec.stagger)
-            _pad_into(mid, yr, second, rung)
-            return
+        plan_pad(b, *b.buffers, shape, tuple(kind.strides(x)), itemsize, spec, rung)
+        copy = False
+    except _TooManyAxes:  # x's strides keep too many axes apart: a contiguous copy merges them
+        b = PlanBuilder(device, (256, 256))
+        plan_pad(b, *b.buffers, shape, contiguous_strides(shape), itemsize, spec, rung)
+        copy = True
+    return _Entry(out_shape, dt, copy, b.plan())
+
+
+def _copy_part(kind, dst, src, part):
+    if kind is CUPY:
+        dst[...] = src[part]
     else:
-        _launch(xr, yr, p, args)
-        return
-    _launch(xr, yr, p, p.args())
+        dst.copy_(src[part])
 
 
-_PLANS: dict = {}
-
-
-def _cached_plan(shape, strides, itemsize, spec: Spec, rung):
-    key = (tuple(shape), tuple(strides), itemsize, spec.shape, tuple(spec.pads), spec.mode, tuple(spec.bits),
-           spec.stagger, rung)
-    hit = _PLANS.get(key)
-    if hit is None:
-        p = choose_path(plan(shape, strides, itemsize, spec), itemsize, rung)
-        if len(_PLANS) >= 1024:
-            _PLANS.clear()
-        hit = _PLANS[key] = (p, p.args())
-    return hit
+def pad_impl(x, spec: Spec, rung: str = "default"):
+    """pad by `spec` (spec_for's) for either kind of input, the same kind out (no autograd). `rung` picks a step of
+    the ladder (benchmark, tests): "flat" the per-element kernel on every row, "rows" a warp a row segment (no
+    periodic rows); "default" the fastest that applies ("periodic" for brick and short-period wrap rows, "rows"
+    for other rows of >= TUNING.narrow_chunks chunks, else "flat")."""
+    kind = kind_of(x, "pad")
+    device = kind.device(x)
+    if kind.current_device() != device:
+        with kind.on_device(device):
+            return pad_impl(x, spec, rung)
+    key = (spec.token, x.dtype, x.shape, kind.strides(x), rung, device)
+    e = PLANS.get(key)
+    if e is None:
+        e = PLANS.put(key, _build(kind, x, spec, rung, device))
+    y = kind.empty(e.shape, e.dtype, device)
+    if e.plan is None:
+        if not x.shape and not e.shape:
+            _copy_part(kind, y, x, ())  # a 0-d array pads to itself
+        return y
+    src = kind.as_contiguous(x) if e.copy else x
+    e.plan.run((kind.ptr(src), kind.ptr(y)), kind.stream(device), kind.alloc(device) if e.plan.workspaces else None)
+    return y
 
 
 # ---- backward -------------------------------------------------------------------------------------
 
-def pad_backward_impl(grad, spec: Spec):
-    """Gradient of pad with respect to x: for each padded axis (last first) one gather-sum launch that
-    folds the output axis onto the input axis; sums in float32 (float64 for float64); deterministic."""
-    import cupy
 
-    with Call("pad_backward", grad) as call:
-        g = call.arg(grad, "grad", dtypes=GRAD_DTYPES)
-        dtype = dtype_name(grad)
-        if tuple(g.shape) != spec.out_shape:
-            raise ValueError(f"pad_backward: grad has shape {tuple(g.shape)}; expected {spec.out_shape}")
-        if spec.mode == "constant":
-            sl = tuple(slice(b, b + n) for n, (b, _) in zip(spec.shape, spec.pads))
-            r = call.empty(spec.shape, dtype)
-            r[...] = g[sl]
-            return call.result(r)
-        ndim = len(spec.shape)
-        axes = [i for i in range(ndim) if spec.pads[i] != (0, 0)]
-        if spec.mode == "brick" and ndim - 1 not in axes:
-            axes.append(ndim - 1)  # the columns of a brick are rotated even without column pads
-        axes.sort(reverse=True)
-        if not axes or math.prod(spec.shape) == 0:
-            r = call.empty(spec.shape, dtype)
-            if r.size:
-                r[...] = g
-            return call.result(r)
-        cur = cupy.ascontiguousarray(g)
-        shape = list(spec.out_shape)
-        props = current()
-        for j, axis in enumerate(axes):
-            last = j == len(axes) - 1
-            tin = dtype if j == 0 else ACC[dtype]
-            tout = dtype if last else ACC[dtype]
-            n = spec.shape[axis]
-            shape_out = shape[:axis] + [n] + shape[axis + 1:]
-            res = call.empty(shape_out, tout)  # the caller's allocator: capturable in torch's CUDA graphs
-            A, C = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
-            brick_cols = spec.mode == "brick" and axis == ndim - 1
-            kind = FOLD_KIND["brick" if brick_cols else "wrap" if spec.mode == "brick" else spec.mode]
-            fold = FOLD["wrap" if spec.mode == "brick" else spec.mode]
-            brows = shape[-2] if brick_cols else 1
-            bp0 = spec.pads[-2][0] if brick_cols else 0
-            bth = spec.shape[-2] if brick_cols else 1
-            if res.size:
-                rows_, cols_ = (A, n) if C == 1 else (A * n, C)
-                grid = (min(ceil_div(cols_, 256), max(1, props.resident_blocks(256) * 4 // min(rows_, 65535))),
-                        min(rows_, 65535))
-                SOURCE.kernel(_gather_name(kind, tin, tout))(
-                    grid, (256,), (cur, res, np.int64(A), np.int64(shape[axis]), np.int64(n), np.int64(C),
-                                      np.int64(spec.pads[axis][0]), np.int32(fold), np.int64(brows),
-                                      np.int64(bp0), np.int64(bth), np.int64(spec.stagger)))
-            cur, shape = res, shape_out
-        return call.result(cur)
+def _build_backward(kind, grad, spec: Spec, device) -> _Entry:
+    dt = dtype_name(grad)
+    if dt not in GRAD_DTYPES:
+        raise TypeError(f"pad_backward: grad has dtype {dt}; expected one of {', '.join(GRAD_DTYPES)}")
+    if tuple(grad.shape) != spec.out_shape:
+        raise ValueError(f"pad_backward: grad has shape {tuple(grad.shape)}; expected {spec.out_shape}")
+    shape = tuple(spec.shape)
+    if spec.mode == "constant":  # the interior of the gradient
+        return _Entry(shape, dt, False, None, tuple(slice(b, b + n) for n, (b, _) in zip(shape, spec.pads)))
+    ndim = len(shape)
+    axes = [i for i in range(ndim) if tuple(spec.pads[i]) != (0, 0)]
+    if spec.mode == "brick" and ndim - 1 not in axes:
+        axes.append(ndim - 1)  # the columns of a brick are rotated even without column pads
+    axes.sort(reverse=True)
+    if not axes or math.prod(shape) == 0:
+        return _Entry(shape, dt, False, None)
+    copy = not kind.contiguous(grad)
+    b = PlanBuilder(device, (256 if copy else 1, 256))
+    plan_backward(b, *b.buffers, dt, spec, axes)
+    return _Entry(shape, dt, copy, b.plan())
+
+
+def pad_backward_impl(grad, spec: Spec):
+    """Gradient of pad with respect to x (either kind, no autograd): for each padded axis (last first) one
+    gather-sum launch that folds the output axis onto the input axis; sums in float32 (float64 for float64);
+    deterministic. Constant mode: the gradient's interior (a copy)."""
+    kind = kind_of(grad, "pad_backward", "grad")
+    device = kind.device(grad)
+    if kind.current_device() != device:
+        with kind.on_device(device):
+            return pad_backward_impl(grad, spec)
+    key = ("backward", spec.token, grad.dtype, grad.shape, kind.strides(grad), device)
+    e = PLANS.get(key)
+    if e is None:
+        e = PLANS.put(key, _build_backward(kind, grad, spec, device))
+    r = kind.empty(e.shape, e.dtype, device)
+    if e.plan is None:
+        if math.prod(e.shape):
+            _copy_part(kind, r, grad, e.part)
+        return r
+    src = kind.as_contiguous(grad) if e.copy else grad
+    e.plan.run((kind.ptr(src), kind.ptr(r)), kind.stream(device), kind.alloc(device) if e.plan.workspaces else None)
+    return r
