@@ -470,6 +470,19 @@ def test_torch_autograd_wiring(stub_driver):
     assert len(calls) == 1
 
 
+def test_custom_ops_schema_and_fake(stub_driver):
+    """The traced path's custom ops (CPU, stubbed driver): outputs new tensors (no alias of an input, no
+    mutation) with the fake implementations' shapes, dtypes and strides."""
+    import cupy_kernels.torch_ops  # noqa: F401  (registers the ops)
+
+    w, k, g = torch.randn(3, 9)[:, -7:], torch.randn(2, 3, 7), torch.randn(2, 3, 7)
+    utils = ("test_schema", "test_faketensor")
+    torch.library.opcheck(torch.ops.cupy_kernels.timex.default, (w, k, 0.5, "auto"), test_utils=utils)
+    torch.library.opcheck(torch.ops.cupy_kernels.timex_backward.default, (w, k, g, "auto"), test_utils=utils)
+    torch.library.opcheck(torch.ops.cupy_kernels.timex_backward.default, (w, k[:0], g[:0], "naive"),
+                          test_utils=utils)
+
+
 # ---- GPU ----------------------------------------------------------------------------------------
 
 
