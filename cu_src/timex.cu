@@ -4,14 +4,37 @@
 //   grad_w[c,T-1-d] = sum_b sum_{t>=d} g[b,c,t] k[b,c,t-d]      (a correlation, reduced over b in-kernel)
 // Rows of k / g are addressed with element strides (sb, sc) and unit stride along t; rows of w with ldw
 // (so the view w[:, -T:] of a longer filter needs no copy). Outputs are C-contiguous. The ladder rungs
-// 2-5 are the seed article's kernels (float32, contiguous k, the seed's limits as preconditions).
+// 2-5 are the kernels of the original article, 实例:手写 CUDA 算子,让 Pytorch 提速 20 倍 (float32, contiguous k,
+// the article's limits as preconditions).
 #include "common/types.cuh"
 
 extern __shared__ __align__(16) unsigned char timex_dyn_smem[];  // dynamic shared memory of the ladder
 
+// ---- what a kernel instance is: the template arguments, by name -----------------------------------
+// Which Toeplitz product a kernel computes: the forward, or grad_k (the same product on time-reversed g,
+// written time-reversed).
+enum class Product { forward, grad_k };
+// How rows of k / g are read from global memory: element by element, or in packs of 2 or 4 elements (the
+// host takes packs only when T, the row strides and the pointers are multiples of the pack).
+enum class Loads { scalar, vec2, vec4 };
+// timex_tf32x3f's two diagonal chunks of a warp slice: every MMA tile, or only the tiles not wholly above
+// the diagonal (those multiply stored zero taps).
+enum class Diagonal { every_tile, skip_zero_tiles };
+// timex_tiled's register tile: RB rows b x RT consecutive times t a thread, WB lanes of a warp along b.
+template <int RB_, int RT_, int WB_>
+struct TiledTile {
+  static constexpr int RB = RB_, RT = RT_, WB = WB_;
+};
+// timex_grad_w's register tile: RD consecutive lags x RU values of u a thread, LD lanes of a warp along lags.
+template <int RD_, int RU_, int LD_>
+struct LagTile {
+  static constexpr int RD = RD_, RU = RU_, LD = LD_;
+};
+
 // ---- ladder 1: naive ------------------------------------------------------------------------------
-// One thread per output (b,c,t) summing t+1 products straight from global memory (L1 catches the reuse).
-// Launch: 1-D grid-stride loop over B*C*T; any sizes, any element type (accumulates in AccOf<E>).
+// One thread per output (b,c,t) summing t+1 products straight from global memory (L1 catches the reuse),
+// any element type (accumulates in AccOf<E>).
+// Launch: 1-D grid-stride loop over B*C*T, any block size; any B, C, T >= 1.
 template <typename E>
 __global__ void timex_naive(const E* __restrict__ w, long long ldw, const E* __restrict__ k, long long sb,
                             long long sc, E* __restrict__ out, double eps, int B, int C, int T) {
@@ -30,7 +53,8 @@ __global__ void timex_naive(const E* __restrict__ w, long long ldw, const E* __r
   }
 }
 
-// Naive grad_k: one thread per (b,c,u), grad_k = sum_{t>=u} g[b,c,t] w[c,T-1-t+u]. Grid-stride, any sizes.
+// Naive grad_k: one thread per (b,c,u), grad_k = sum_{t>=u} g[b,c,t] w[c,T-1-t+u].
+// Launch: 1-D grid-stride loop over B*C*T, any block size; any B, C, T >= 1.
 template <typename E>
 __global__ void timex_naive_grad_k(const E* __restrict__ w, long long ldw, const E* __restrict__ g, long long sb,
                                    long long sc, E* __restrict__ gk, int B, int C, int T) {
@@ -49,8 +73,9 @@ __global__ void timex_naive_grad_k(const E* __restrict__ w, long long ldw, const
   }
 }
 
-// Naive grad_w: one thread per (c,j), d = T-1-j: grad_w[c,j] = sum_b sum_{t>=d} g[b,c,t] k[b,c,t-d].
-// Grid-stride over C*T, any sizes; the sum over b happens inside the thread (no (B,C,T) temporary).
+// Naive grad_w: one thread per (c,j), d = T-1-j: grad_w[c,j] = sum_b sum_{t>=d} g[b,c,t] k[b,c,t-d]; the sum
+// over b happens inside the thread (no (B,C,T) temporary).
+// Launch: 1-D grid-stride loop over C*T, any block size; any B, C, T >= 1.
 template <typename E>
 __global__ void timex_naive_grad_w(const E* __restrict__ k, long long ksb, long long ksc, const E* __restrict__ g,
                                    long long gsb, long long gsc, E* __restrict__ gw, int B, int C, int T) {
@@ -164,8 +189,8 @@ __device__ __forceinline__ void batch8_stage(const float* w, long long ldw, cons
   __syncthreads();
 }
 
-// Ladder 4, batch-grouped (seed step 4): w is shared across b, so a block takes 8 rows of one channel
-// and every tap read from shared memory feeds 8 rows x 4 outputs = 32 FMAs.
+// Ladder 4, batch-grouped (the article's step 4): w is shared across b, so a block takes 8 rows of one
+// channel and every tap read from shared memory feeds 8 rows x 4 outputs = 32 FMAs.
 // Launch: grid (C, B/8), block T/4 threads; B % 8 == 0, T % 4 == 0, T <= 1024; dynamic smem 9*T floats.
 __global__ void timex_batch8(const float* __restrict__ w, long long ldw, const float* __restrict__ k,
                              float* __restrict__ out, double eps, int B, int C, int T) {
@@ -177,10 +202,10 @@ __global__ void timex_batch8(const float* __restrict__ w, long long ldw, const f
   batch8_group(sw, sk, T, threadIdx.x * 4, out + (b0 * C + c) * T, (long long)C * T, (float)eps);
 }
 
-// Ladder 5, balanced (the seed's unfinished step 5): in rung 4 thread t loops t+1 times, so the warps
+// Ladder 5, balanced (the article's unfinished step 5): in rung 4 thread t loops t+1 times, so the warps
 // holding late t set the block's pace. Here each thread takes group i and group T/4-1-i: every thread
-// loops T-2 times in all. Launch: grid (C, B/8), block T/8 threads; B % 8 == 0, T % 8 == 0, T <= 1024;
-// dynamic smem 9*T floats.
+// loops T-2 times in all.
+// Launch: grid (C, B/8), block T/8 threads; B % 8 == 0, T % 8 == 0, T <= 1024; dynamic smem 9*T floats.
 __global__ void timex_balanced(const float* __restrict__ w, long long ldw, const float* __restrict__ k,
                                float* __restrict__ out, double eps, int B, int C, int T) {
   float* sw = reinterpret_cast<float*>(timex_dyn_smem);
@@ -227,14 +252,17 @@ __device__ __forceinline__ void lds(A* dst, const A* src) {  // N values from 16
   }
 }
 
-// Launch: grid (C, ceil(T/TN), ceil(B/BM)), block 128; TN = (32/WB)*RT*4, BM = WB*RB; any B, C, T >= 1
-// (T/TN and B/BM <= 65535). RT % 4 == 0, KU % 4 == 0. Out is C-contiguous (B, C, T). VEC: k read 4 values
-// at a time (T, the strides and the pointer multiples of 4 elements).
-template <typename E, int RB, int RT, int WB, bool REV, int KU, bool VEC>
-__global__ void __launch_bounds__(TX_THREADS, (VEC && RT <= 8) ? 4 : 3)
+// Out is C-contiguous (B, C, T). Loads::vec4: k read 4 values at a time (T, the strides and the pointer
+// multiples of 4 elements). Tile::RT % 4 == 0; KU = 32 values of u per chunk.
+// Launch: grid (C, T/TN, B/BM) rounded up, block 128, TN = 128 RT/WB, BM = WB RB; any B, C, T >= 1 (grid y, z <= 65535).
+template <typename E, typename Tile, Product P, Loads L>
+__global__ void __launch_bounds__(TX_THREADS, (L == Loads::vec4 && Tile::RT <= 8) ? 4 : 3)
 timex_tiled(const E* __restrict__ w, long long ldw, const E* __restrict__ k, long long sb, long long sc,
             E* __restrict__ out, double eps, int B, int C, int T) {
   typedef typename AccOf<E>::type A;
+  constexpr int RB = Tile::RB, RT = Tile::RT, WB = Tile::WB, KU = 32;
+  constexpr bool REV = P == Product::grad_k, VEC = L == Loads::vec4;
+  static_assert(L != Loads::vec2, "timex_tiled loads k by 4 elements or by one");
   constexpr int WT = 32 / WB;                   // t-lanes per warp
   constexpr int BM = WB * RB;                   // rows b per block
   constexpr int TN = WT * RT * (TX_THREADS / 32);  // times t per block
@@ -361,6 +389,9 @@ timex_tiled(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
   }
 }
 
+#define TX_PAD(i) ((i) + ((i) >> 4) * 4)  // shared-memory rows of the grad_w kernels: 4 pad values after every 16
+constexpr int TX_GROUP = 16;              // channels a group of the grad_w grids (their rows stay in L2)
+
 // ---- default grad_w: tiled correlation reduced over b ---------------------------------------------
 // grad_f[c, d] = sum_b sum_u k[b,c,u] g[b,c,u+d]. A block owns DN = LD*RD lags d of one channel and loops
 // over chunks of 8 rows b x KU = (32/LD)*RU values of u. A thread owns RD consecutive lags and, per row,
@@ -369,15 +400,17 @@ timex_tiled(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
 // are added across the u-lanes (shuffles) and the 4 warps (shared memory) in a fixed order: deterministic,
 // and no (B,C,T) temporary. Shared rows are padded by 4 after every 16 values (conflict-free 16-byte loads).
 // Blocks run channel group by channel group (16 channels, all their lag tiles, the small lags first), so
-// the k and g rows a group re-reads stay in L2. VEC: 4-element global loads (T, strides and pointers
-// multiples of 4 elements). Launch: 1-D grid of C*ceil(T/DN) blocks of 128; any B, C, T >= 1.
-#define TX_PAD(i) ((i) + ((i) >> 4) * 4)
-constexpr int TX_GROUP = 16;
-template <typename E, int RD, int RU, int LD, bool VEC>
+// the k and g rows a group re-reads stay in L2. Loads::vec4: 4-element global loads (T, strides and
+// pointers multiples of 4 elements).
+// Launch: 1-D grid of C*ceil(T/DN) blocks of 128, DN = LD*RD lags a block; any B, C, T >= 1.
+template <typename E, typename Tile, Loads L>
 __global__ void __launch_bounds__(TX_THREADS, 3)
 timex_grad_w(const E* __restrict__ k, long long ksb, long long ksc, const E* __restrict__ g, long long gsb,
              long long gsc, E* __restrict__ gw, int B, int C, int T) {
   typedef typename AccOf<E>::type A;
+  constexpr int RD = Tile::RD, RU = Tile::RU, LD = Tile::LD;
+  constexpr bool VEC = L == Loads::vec4;
+  static_assert(L != Loads::vec2, "timex_grad_w loads by 4 elements or by one");
   constexpr int WARPS = TX_THREADS / 32;
   constexpr int LU = 32 / LD;
   constexpr int DN = LD * RD;       // lags per block
@@ -545,7 +578,7 @@ timex_grad_w(const E* __restrict__ k, long long ksb, long long ksc, const E* __r
 // one channel; a warp owns 32 x 64 (2 x 8 MMA tiles). Per chunk of 32 u, the k tile ([b][u], row 36) and
 // the taps are staged split in shared memory. The B fragment of n-tile j at k-step s reads taps
 // f[t - u] that depend on j - s only (Toeplitz), so a warp loads the 11 distinct fragments once per chunk.
-// Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1. REV as in timex_tiled.
+// (Variant tf32x3_scalar: the first tensor-core rung, kept for the ladder.)
 // cvt.rna.tf32.f32's rounding (to nearest, ties away) as integer ops: 2 instructions where ptxas emits ~4
 // for the cvt (it adds an Inf/NaN test); bit-identical for finite x, and NaN/Inf inputs still give a NaN/Inf
 // product (hi or lo keeps them).
@@ -574,10 +607,12 @@ __device__ __forceinline__ void store_warp_tile(const float (&acc)[2][8][4], flo
       }
 }
 
-template <bool REV>
+// Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1 (T/256, B/32 <= 65535).
+template <Product P>
 __global__ void __launch_bounds__(TX_THREADS, 3)
 timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict__ k, long long sb, long long sc,
              float* __restrict__ out, double eps, int B, int C, int T) {
+  constexpr bool REV = P == Product::grad_k;
   constexpr int BM = 32, TN = 256, KU = 32, KSU = KU + 4;  // k tile [b][u]: row 36 -> conflict-free A loads
   constexpr int NTAP = TN + KU;
   constexpr int NK = KU * BM / TX_THREADS;  // 8
@@ -684,7 +719,7 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
   store_warp_tile<REV>(acc, out, (float)eps, b0, t0 + warp * 64, grp, tig, c, B, C, T);
 }
 
-// ---- the Toeplitz kernel with fragment-order staging (the tf32x3 default since run 6) ----------------
+// ---- the Toeplitz kernel with fragment-order staging (the tf32x3 default) --------------------------
 // timex_tf32x3's product and tile (32 b x 256 t per block, 32 x 64 per warp, 3-MMA split), with shared memory
 // laid out as the fragments are read (the idea of timex_grad_w_frag):
 // - k tile: Ahi/Alo[s][mt][lane][4] hold lane's A fragment of m-tile mt at k-step s: one 16-byte load each.
@@ -693,21 +728,16 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
 // - taps: P[i] = (hi f[i], hi f[i-4], lo f[i], lo f[i-4]) of the chunk's window: one 16-byte load is both
 //   halves of a B fragment (b0 at i, b1 at i-4), split once at staging.
 // Two shared buffers, so one barrier per chunk (the next chunk is stored after this one's MMAs).
-// Warp roles rotate with the channel: warp w takes the 64-t slice (w + c) % 4, so the co-resident blocks'
-// heavy slices (late t: longer u range) spread over the 4 SM sub-partitions instead of all landing on warp 3's
-// (ROT false: warp w takes slice w, as timex_tf32x3; the rotation measured 1-4% slower).
-// TRI (the default since issue 3's helper run): the slice's two diagonal chunks (u0 = ts and ts + 32 for the
-// slice's first time ts) skip the MMA tiles that lie wholly above the diagonal (every tap f[t - u] with t < u
+// Warp w takes the 64-t slice w, as timex_tf32x3 (roles rotated with the channel, to spread the heavy late-t
+// slices over the SM sub-partitions, measured 1-4% slower: H200, 845ec6b and 9c6ece6).
+// Diagonal::skip_zero_tiles (the default; every_tile is variant tf32x3_full): the slice's two diagonal chunks
+// (u0 = ts and ts + 32 for the slice's first time ts) skip the MMA tiles that lie wholly above the diagonal
+// (every tap f[t - u] with t < u
 // is a stored zero): in the chunk at ts + 32D, n-tile j at k-step s has a t >= u only when j >= 4D + s, so
 // 26 + 10 of the 2 x 32 (s, j) tiles run instead of 64 (6.7% of the MMAs at T = 768) and the B fragments
 // below m = 4D + 3 are not loaded. Each of the three chunk kinds is its own unrolled copy (compile-time
 // bounds; no per-tile branch). Skipping exact zeros: same sums, except that an Inf/NaN in a later k no longer
 // reaches earlier outputs through 0 * Inf.
-// COMB (grad_k launched after timex_grad_w_frag): the block also does timex_grad_w_bands' combine for its
-// share of channel c's lags (the channel's gridDim.y * gridDim.z blocks split its T lags), reading the band
-// workspace ws and writing gw, so the backward needs no third launch. Otherwise ws and gw are not touched.
-// Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1. REV as in timex_tiled.
-constexpr int TXB = 64;  // band tile of the tf32x3 grad_w kernels
 
 // One 32-u chunk of timex_tf32x3f's MMAs for one warp. D = -1: the whole chunk; D = 0 / 1: the slice's
 // diagonal chunk at ts + 32 D, n-tiles j < 4D + s skipped and B fragments below m = 4D + 3 not loaded.
@@ -740,44 +770,24 @@ __device__ __forceinline__ void tf32x3f_chunk(float (&acc)[2][8][4], const uint4
   }
 }
 
-template <bool REV, bool ROT, bool TRI, bool COMB>
+// Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1 (T/256, B/32 <= 65535).
+template <Product P, Diagonal DIAG>
 __global__ void __launch_bounds__(TX_THREADS, 3)
 timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restrict__ k, long long sb, long long sc,
-              float* __restrict__ out, double eps, int B, int C, int T, const float* __restrict__ ws,
-              float* __restrict__ gw) {
+              float* __restrict__ out, double eps, int B, int C, int T) {
+  constexpr bool REV = P == Product::grad_k, TRI = DIAG == Diagonal::skip_zero_tiles;
   constexpr int BM = 32, TN = 256, KU = 32, NTAP = TN + KU;
   constexpr int NK = KU * BM / TX_THREADS;  // 8 k values per thread per chunk
   constexpr int NTP = (NTAP + TX_THREADS - 1) / TX_THREADS;  // 3 tap entries per thread
   __shared__ __align__(16) unsigned ahi[2][KU * BM], alo[2][KU * BM];
   __shared__ __align__(16) uint4 tp[2][NTAP];
 
-  if constexpr (COMB) {  // grad_w[c, jj] of channel c = blockIdx.x for this block's share of jj, as
-                         // timex_grad_w_bands: lag d = T-1-jj = 64 L + r
-    const long long parts = (long long)gridDim.y * gridDim.z, part = blockIdx.y + (long long)gridDim.y * blockIdx.z;
-    const long long per = (T + parts - 1) / parts;
-    const int nt = (T + TXB - 1) / TXB, j1 = (int)min((long long)T, (part + 1) * per);
-    const float* wsc = ws + (long long)blockIdx.x * nt * (2 * TXB);
-    float* gwc = gw + (long long)blockIdx.x * T;
-    for (int jj = (int)min((long long)T, part * per) + threadIdx.x; jj < j1; jj += 2 * TX_THREADS) {
-      float v[2][2];  // two lags per pass, their four loads in flight together
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int x = jj + h * TX_THREADS, d = T - 1 - x, L = d / TXB, r = d % TXB;
-        v[h][0] = x < j1 ? wsc[L * (2 * TXB) + TXB - 1 + r] : 0.f;
-        v[h][1] = x < j1 && r > 0 && L + 1 < nt ? wsc[(L + 1) * (2 * TXB) + r - 1] : 0.f;
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        if (jj + h * TX_THREADS < j1) gwc[jj + h * TX_THREADS] = v[h][0] + v[h][1];
-    }
-  }
-
   const int c = blockIdx.x;
   const int t0 = (gridDim.y - 1 - blockIdx.y) * TN;
   const long long b0 = (long long)blockIdx.z * BM;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int grp = lane >> 2, tig = lane & 3;
-  const int role = ROT ? (warp + c) & 3 : warp;  // this warp's 64-t slice
+  const int role = warp;  // this warp's 64-t slice
   const int ts = t0 + role * 64;             // the slice's first time
   const int u_last = ts < T ? ts + 63 : -1;  // a slice wholly past T computes nothing
   const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
@@ -857,150 +867,19 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
   store_warp_tile<REV>(acc, out, (float)eps, b0, ts, grp, tig, c, B, C, T);
 }
 
-// ---- grad_w on the tensor cores: diagonal bands (variant "tf32x3", float32 only) -------------------
+// ---- grad_w on the tensor cores: diagonal bands (variant "tf32x3", float32 only; auto where faster) ---
+constexpr int TXB = 64;  // band tile of the tensor-core grad_w
 // grad_f[c,d] = sum_b sum_t' k[b,t'] g[b,t'+d]. Cut t' = p0+i and t = p0+delta+j with p0, delta multiples of
 // 64 and i, j in [0,64): the band sum ACC[i,j] = sum_{b,p0} k[b,p0+i] g[b,p0+delta+j] is a plain 64 x 64
 // GEMM over K = (b, p0), and each pair (t', t >= t') falls in exactly one band, on the diagonal
-// j - i = d - delta. A block computes one band of one channel with the 3-MMA split of timex_tf32x3 and sums
-// its accumulator along the 127 diagonals into ws[c][band][63 + j - i] (fixed order); timex_grad_w_bands
+// j - i = d - delta. A block computes bands of one channel with the 3-MMA split of timex_tf32x3 and sums
+// its accumulators along the 127 diagonals into ws[c][band][63 + j - i] (fixed order); timex_grad_w_bands
 // then adds the two bands that hold each lag. Deterministic, no float atomics, workspace ~2*C*T floats.
-// Layout: K rows (b, p0) of 64 k and 64 g values sit split (hi, lo) in shared memory, row stride 72. Warp
-// (wm, wn) owns i in [32wm, 32wm+32) x j in [32wn, 32wn+32) (2 x 4 MMA tiles). The MMA's row r of m-tile mt
-// is i = 32wm + 4(r%8) + 2mt + r/8 and its column n of n-tile nt is j = 32wn + 4n + nt, so each thread's
-// fragments of all its tiles lie side by side: one 16-byte load per operand, k row and hi/lo (conflict-free
-// with the 72-float rows). Rows past B*np and times past T are zeros. Blocks run channel group by channel
-// group (16 channels, all bands, the long bands first), so the rows a group re-reads stay in L2.
-// VEC: 4-element global loads (T, strides and pointers multiples of 4 elements).
-// KC: K rows per chunk (16: 4 blocks per SM; 32: fewer barriers, 3 blocks per SM).
-// Launch: 1-D grid of C*ceil(T/64) blocks of 128; any B, C, T >= 1 (B*ceil(T/64) < 2^31).
-template <int KC, bool VEC>
-__global__ void __launch_bounds__(TX_THREADS, KC <= 16 ? 4 : 3)
-timex_grad_w_tf32x3(const float* __restrict__ k, long long ksb, long long ksc, const float* __restrict__ g,
-                    long long gsb, long long gsc, float* __restrict__ ws, int B, int C, int T) {
-  constexpr int S = TXB + 8;                       // padded row: conflict-free 16-byte fragment loads
-  constexpr int NL = KC * TXB / 4 / TX_THREADS;    // 4-value groups per thread per operand
-  constexpr int SA = TXB + 1;                      // accumulator tile row in the epilogue
-  static_assert(TXB * SA <= 4 * KC * S, "epilogue tile fits the staging buffers");
-  __shared__ __align__(16) unsigned sm[4][KC * S];  // k hi, k lo, g hi, g lo
-
-  const int nt = (T + TXB - 1) / TXB;
-  const long long bid = blockIdx.x;
-  const long long group = bid / ((long long)TX_GROUP * nt);
-  const int gsz = (int)min((long long)TX_GROUP, C - group * TX_GROUP);
-  const int r_in = (int)(bid - group * TX_GROUP * nt);
-  const int c = (int)(group * TX_GROUP) + r_in % gsz;
-  const int band = r_in / gsz;                      // delta = 64 * band; the long bands first
-  const int np = nt - band;                         // tiles p0 with p0 + delta < T
-  const int nrows = B * np;
-  const int nchunks = (nrows + KC - 1) / KC;
-  const float* k0 = k + (long long)c * ksc;
-  const float* g0 = g + (long long)c * gsc + band * TXB;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int grp = lane >> 2, tig = lane & 3;
-  const int wm = warp >> 1, wn = warp & 1;
-  const int lrow = threadIdx.x / (TXB / 4), lcol = (threadIdx.x % (TXB / 4)) * 4;  // this thread's loads
-
-  float acc[2][4][4];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
-
-  float pk[NL][4], pg[NL][4];
-  auto load4 = [&](float* dst, const float* row, int t, int lim) {  // row[t .. t+3], zeros at t >= lim
-    if constexpr (VEC) {
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (t < lim) v = *reinterpret_cast<const float4*>(row + t);
-      dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dst[e] = t + e < lim ? row[t + e] : 0.f;
-    }
-  };
-  auto fetch = [&](int ch) {
-#pragma unroll
-    for (int s = 0; s < NL; ++s) {
-      const int kk = ch * KC + lrow + s * (TX_THREADS * 4 / TXB);
-      if (kk < nrows) {
-        const int b = kk / np, p0 = (kk - b * np) * TXB;
-        load4(pk[s], k0 + b * ksb, p0 + lcol, T);
-        load4(pg[s], g0 + b * gsb, p0 + lcol, T - band * TXB);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) pk[s][e] = pg[s][e] = 0.f;
-      }
-    }
-  };
-  auto split4 = [&](unsigned* hi, unsigned* lo, const float* v) {
-    uint4 h, l;
-    h.x = tf32_hi(v[0]), l.x = tf32_hi(v[0] - __uint_as_float(h.x));
-    h.y = tf32_hi(v[1]), l.y = tf32_hi(v[1] - __uint_as_float(h.y));
-    h.z = tf32_hi(v[2]), l.z = tf32_hi(v[2] - __uint_as_float(h.z));
-    h.w = tf32_hi(v[3]), l.w = tf32_hi(v[3] - __uint_as_float(h.w));
-    *reinterpret_cast<uint4*>(hi) = h;
-    *reinterpret_cast<uint4*>(lo) = l;
-  };
-
-  if (nchunks > 0) fetch(0);
-  for (int ch = 0; ch < nchunks; ++ch) {
-    __syncthreads();  // the previous chunk's fragments are read
-#pragma unroll
-    for (int s = 0; s < NL; ++s) {
-      const int o = (lrow + s * (TX_THREADS * 4 / TXB)) * S + lcol;
-      split4(sm[0] + o, sm[1] + o, pk[s]);
-      split4(sm[2] + o, sm[3] + o, pg[s]);
-    }
-    __syncthreads();
-    if (ch + 1 < nchunks) fetch(ch + 1);  // in flight while this chunk is multiplied
-#pragma unroll
-    for (int st = 0; st < KC / 8; ++st) {
-      const int ra = (8 * st + tig) * S + 32 * wm + 4 * grp, rb = (8 * st + tig) * S + 32 * wn + 4 * grp;
-      const uint4 ah0 = *reinterpret_cast<const uint4*>(sm[0] + ra), ah1 = *reinterpret_cast<const uint4*>(sm[0] + ra + 4 * S);
-      const uint4 al0 = *reinterpret_cast<const uint4*>(sm[1] + ra), al1 = *reinterpret_cast<const uint4*>(sm[1] + ra + 4 * S);
-      const uint4 bh0 = *reinterpret_cast<const uint4*>(sm[2] + rb), bh1 = *reinterpret_cast<const uint4*>(sm[2] + rb + 4 * S);
-      const uint4 bl0 = *reinterpret_cast<const uint4*>(sm[3] + rb), bl1 = *reinterpret_cast<const uint4*>(sm[3] + rb + 4 * S);
-      const unsigned ah[2][4] = {{ah0.x, ah0.y, ah1.x, ah1.y}, {ah0.z, ah0.w, ah1.z, ah1.w}};
-      const unsigned al[2][4] = {{al0.x, al0.y, al1.x, al1.y}, {al0.z, al0.w, al1.z, al1.w}};
-      const unsigned bh[4][2] = {{bh0.x, bh1.x}, {bh0.y, bh1.y}, {bh0.z, bh1.z}, {bh0.w, bh1.w}};
-      const unsigned bl[4][2] = {{bl0.x, bl1.x}, {bl0.y, bl1.y}, {bl0.z, bl1.z}, {bl0.w, bl1.w}};
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int n = 0; n < 4; ++n) {
-          mma_tf32(acc[mt][n], al[mt], bh[n][0], bh[n][1]);
-          mma_tf32(acc[mt][n], ah[mt], bl[n][0], bl[n][1]);
-          mma_tf32(acc[mt][n], ah[mt], bh[n][0], bh[n][1]);
-        }
-    }
-  }
-
-  // Diagonal sums: the accumulator tile goes through shared memory; thread x sums diagonal j - i = x - 63.
-  float* at = reinterpret_cast<float*>(sm);
-  __syncthreads();
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const int i = 32 * wm + 4 * grp + 2 * mt + (x >> 1), j = 32 * wn + 8 * tig + 4 * (x & 1) + n;
-        at[i * SA + j] = acc[mt][n][x];
-      }
-  __syncthreads();
-  const int e = (int)threadIdx.x - (TXB - 1);
-  if (e < TXB) {
-    float s = 0.f;
-    for (int i = max(0, -e); i < min(TXB, TXB - e); ++i) s += at[i * SA + i + e];
-    ws[((long long)c * nt + band) * (2 * TXB) + threadIdx.x] = s;
-  }
-}
-
-// ---- grad_w on the tensor cores, fragment-order staging (the tf32x3 default) ----------------------
-// The band GEMMs of timex_grad_w_tf32x3, with shared memory laid out in the order the MMA fragments are
-// read, so every fragment is one 16-byte load straight into the registers the HMMA takes (the kernel above
-// gathers its fragments from two loads each: ptxas then spends ~6 register moves per HMMA). K rows go in
+// Rows past B*np and times past T are zeros. Blocks run channel group by channel group (16 channels, all
+// bands, the long bands first), so the rows a group re-reads stay in L2.
+// Shared memory is laid out in the order the MMA fragments are read, so every fragment is one 16-byte load
+// straight into the registers the HMMA takes (gathering fragments from two loads each cost ~6 register moves
+// per HMMA: grad_w 0.471 -> 0.332 ms at B=32 C=768 T=768, H200). K rows go in
 // pairs (kp): MMA k index tig <-> row 2kp, tig+4 <-> row 2kp+1. A (k values, i): MMA row grp of m-tile m
 // <-> i = 16m + 2grp, row grp+8 <-> i+1, stored [kp][i/2][h][i%2] (h = row parity): a0..a3 in one uint4.
 // B (g values, j): n-tile pair q, column grp <-> j = 16q + 2grp + e (e = tile of the pair), stored
@@ -1009,12 +888,14 @@ timex_grad_w_tf32x3(const float* __restrict__ k, long long ksb, long long ksc, c
 // staging of k is shared; the K rows are those of band0 (the later band's extra row block is zeros).
 // Warp (wm, wn) owns i in [32wm, 32wm+32) x j in [32NB wn, 32NB (wn+1)). A thread stages rows 2(tid/16) and
 // 2(tid/16)+1 of each 16-row chunk (one (b, p) counter pair each, no divisions in the loop).
-// VEC: 2-element global loads (T, strides and pointers even). Writes ws as timex_grad_w_tf32x3 does.
-// Launch: 1-D grid of C*ceil(ceil(T/64)/NB) blocks of 128; any B, C, T >= 1 (B*ceil(T/64) < 2^31).
-template <int NB, bool VEC>
+// Loads::vec2: 2-element global loads (T, strides and pointers even).
+// Launch: 1-D grid of C*ceil(ceil(T/64)/NB) blocks of 128; any B, C, T >= 1 (C, B * ceil(T/64) < 2^31).
+template <int NB, Loads L>
 __global__ void __launch_bounds__(TX_THREADS, NB == 1 ? 4 : 3)
 timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, const float* __restrict__ g,
                   long long gsb, long long gsc, float* __restrict__ ws, int B, int C, int T) {
+  constexpr bool VEC = L == Loads::vec2;
+  static_assert(L != Loads::vec4, "timex_grad_w_frag loads by 2 elements or by one");
   constexpr int KC = 16, KP = KC / 2;             // K rows per chunk, row pairs
   constexpr int SA = TXB * 2 + 8, SB = TXB * NB * 2 + 8;  // floats per row pair (2 rows + pad)
   constexpr int NA = TXB / 2 / 16, NG = TXB * NB / 2 / 16;  // 2-column groups per thread per row
@@ -1168,8 +1049,9 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
   }
 }
 
-// grad_w[c, T-1-d] for d = 64L + r: diagonal r of band L plus diagonal r - 64 of band L+1 (when r > 0).
-// Launch: 1-D grid-stride loop over C*T; ws as written by timex_grad_w_tf32x3.
+// grad_w[c, T-1-d] for d = 64L + r: diagonal r of band L plus diagonal r - 64 of band L+1 (when r > 0), from
+// ws as timex_grad_w_frag writes it.
+// Launch: 1-D grid-stride loop over C*T, any block size; any C, T >= 1.
 __global__ void timex_grad_w_bands(const float* __restrict__ ws, float* __restrict__ gw, int C, int T) {
   const int nt = (T + TXB - 1) / TXB;
   const long long n = (long long)C * T;

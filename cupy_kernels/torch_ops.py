@@ -408,7 +408,13 @@ def rms_norm_(x, weight=None, eps=1e-6):
 
 
 # ---- timex: RWKV causal depthwise long convolution (ops/timex.py) ------------------------------
+# Eager calls run the impls directly, under autograd through _Timex (an autograd.Function: one planned launch
+# forward, grad_w and grad_k's launches backward, only those asked for); traced calls (torch.compile, fake
+# tensors, modes) see the custom ops cupy_kernels::timex / timex_backward, whose autograd runs the same
+# kernels. Every output is a new tensor (never an alias of an input).
 from .ops import timex as _timex  # noqa: E402
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a Parameter is a plain tensor to the kernels (no __torch_function__)
 
 
 @torch.library.custom_op("cupy_kernels::timex", mutates_args=())
@@ -435,24 +441,21 @@ def _(w, k, grad_out, variant):
 def _timex_setup(ctx, inputs, output):
     w, k, _eps, variant = inputs
     ctx.save_for_backward(w, k)
-    ctx.variant = _timex.backward_variant(variant)
+    ctx.variant = _timex.BACKWARD_OF[variant]
 
 
 def _timex_grad(ctx, grad):
-    # grad_w is reduced over the batch inside the kernel; eps gets no gradient.
+    # grad_w is reduced over the batch inside the kernels; eps gets no gradient.
     w, k = ctx.saved_tensors
-    if grad.dim() == 3 and grad.shape[-1] > 1 and grad.stride(-1) != 1:
-        grad = grad.contiguous()  # the kernels take any batch / channel strides but a unit stride in t
-    backward = _timex.timex_backward_impl if plain_eager(w, k, grad) else _timex_backward_op
-    gw, gk = backward(w, k, grad, ctx.variant)
+    gw, gk = _timex_backward_op(w, k, grad, ctx.variant)
     return gw, gk, None, None
 
 
 _timex_op.register_autograd(_timex_grad, setup_context=_timex_setup)
 
 
-class _TimexEager(torch.autograd.Function):
-    """Eager autograd for timex without the custom op's dispatch (same kernels, same backward)."""
+class _Timex(torch.autograd.Function):
+    """Eager timex under autograd: the impls directly, without the custom ops' dispatch."""
 
     @staticmethod
     def forward(ctx, w, k, eps, variant):
@@ -461,15 +464,19 @@ class _TimexEager(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return _timex_grad(ctx, grad)
+        w, k = ctx.saved_tensors
+        need_w, need_k = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        gw, gk = _timex.timex_backward_impl(w, k, grad, ctx.variant, need_w, need_k)
+        return gw, gk, None, None
 
 
 def timex(w, k, eps=0.0, variant="auto"):
-    if plain_eager(w, k):
-        return _timex.timex_impl(w, k, float(eps), variant)
-    if untraced(w, k):
-        return _TimexEager.apply(w, k, float(eps), variant)
-    return _timex_op(w, k, float(eps), variant)
+    eps = float(eps)
+    if untraced() and type(w) in _PLAIN and type(k) in _PLAIN:
+        if torch.is_grad_enabled() and (w.requires_grad or k.requires_grad):
+            return _Timex.apply(w, k, eps, variant)
+        return _timex.timex_impl(w, k, eps, variant)
+    return _timex_op(w, k, eps, variant)
 
 
 # ---- square_matmul_ / linear_: in-place A <- A @ W (+ bias), inference only (ops/square_matmul.py) --

@@ -1,13 +1,20 @@
 """timex (RWKV causal depthwise long convolution): forward, backward, ladder, torch op, errors.
 
 References are float64 on the host (FFT, checked against the loop definition), on fresh random inputs
-rounded to the tested dtype; every kernel output is NaN-poisoned first (see the `poison` fixture)."""
+rounded to the tested dtype; every output and workspace the op allocates is NaN-poisoned first (the `poison`
+fixture). On the CPU: the references, the kernels' index arithmetic (emulated), the dispatch rules, every
+declared instance reachable by a variant, and the host path (plans, copies, autograd) with the driver stubbed."""
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+import cupy_kernels as ck
 from conftest import TOL, cupy_array, gpu, rel_err, rng, rounded, to_f64, torch_gpu
+from cupy_kernels._runtime.device import DeviceProps
+from cupy_kernels._runtime.launch import Buffer, PlanBuilder, _Launch
 from cupy_kernels.ops import timex as tx
 
 try:
@@ -18,6 +25,7 @@ except ImportError:  # pragma: no cover
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 TF32X3_TOL = 5e-5  # the opt-in split-precision TF32 variant (float32 default: 1e-5)
 SHAPES = [(1, 1, 1), (2, 3, 5), (3, 2, 127), (4, 3, 1000), (1, 2, 4097), (33, 5, 257), (9, 4, 300), (5, 1, 2)]
+TILES = dict(tx.TUNING.tiled_tiles)
 
 
 # ---- host references (CPU) ----------------------------------------------------------------------
@@ -64,8 +72,12 @@ def test_backward_reference_is_the_gradient():
     assert abs(num - ((gw * dw).sum() + (gk * dk).sum())) < 1e-6 * max(1.0, abs(num))
 
 
-@pytest.mark.parametrize("cfg,shape", [((8, 8, 4), (9, 1, 300)), ((8, 8, 4), (4, 1, 64)), ((4, 8, 2), (5, 2, 41)),
-                                       ((2, 8, 1), (3, 2, 37)), ((4, 4, 4), (17, 1, 130)), ((4, 16, 4, 64), (3, 1, 70))])
+# ---- the kernels' index arithmetic, emulated (CPU) ------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg,shape", [(TILES["b32"], (9, 1, 300)), (TILES["b32"], (4, 1, 64)),
+                                       (TILES["b8"], (5, 2, 41)), (TILES["b2"], (3, 2, 37)),
+                                       (tx.TUNING.tiled_f64, (17, 1, 130))])
 def test_tiled_index_math_emulated(cfg, shape):
     """The forward / grad_k tiling (tap windows, zero fill, warp skips, reversal) emulated on the host."""
     import timex_emulate as emu
@@ -73,14 +85,16 @@ def test_tiled_index_math_emulated(cfg, shape):
     r = rng()
     B, C, T = shape
     w, k = r.standard_normal((C, T)), r.standard_normal(shape)
-    assert rel_err(emu.tiled(w, k, 0.5, *cfg[:3], False, *cfg[3:]), tx.reference(w, k, 0.5)) < 1e-13
+    assert rel_err(emu.tiled(w, k, 0.5, *cfg, False), tx.reference(w, k, 0.5)) < 1e-13
     _, rgk = tx.reference_backward(w, np.zeros_like(k), k)
-    assert rel_err(emu.tiled(w, k, 0.0, *cfg[:3], True, *cfg[3:]), rgk) < 1e-13
+    assert rel_err(emu.tiled(w, k, 0.0, *cfg, True), rgk) < 1e-13
 
 
-@pytest.mark.parametrize("cfg,shape", [((16, 16, 4), (3, 2, 37)), ((16, 16, 4), (11, 1, 150)), ((8, 8, 4), (9, 1, 70)),
-                                       ((8, 16, 8), (2, 17, 20))])
+@pytest.mark.parametrize("cfg,shape", [(tx.TUNING.grad_w_tile, (3, 2, 37)), (tx.TUNING.grad_w_tile, (11, 1, 150)),
+                                       (tx.TUNING.grad_w_tile_f64, (9, 1, 70)),
+                                       (tx.TUNING.grad_w_tile, (2, 17, 20))])
 def test_grad_w_index_math_emulated(cfg, shape):
+    """grad_w's lag tiles, rows per warp and channel groups (C = 17: a second, one-channel group)."""
     import timex_emulate as emu
 
     r = rng()
@@ -91,41 +105,33 @@ def test_grad_w_index_math_emulated(cfg, shape):
 
 @pytest.mark.parametrize("shape", [(3, 1, 37), (33, 1, 300), (2, 1, 64), (1, 3, 1), (2, 2, 513)])
 def test_tf32x3_fragment_maps_emulated(shape):
+    """The three Toeplitz tensor-core kernels (tf32x3_scalar, tf32x3_full, tf32x3), both directions."""
     import timex_emulate as emu
 
     r = rng()
     B, C, T = shape
     w, k = r.standard_normal((C, T)), r.standard_normal(shape)
     _, rgk = tx.reference_backward(w, np.zeros_like(k), k)
-    for kern in (emu.tf32x3, emu.tf32x3f, lambda *a: emu.tf32x3f(*a, ROT=False, TRI=True)):
+    for kern in (emu.tf32x3, emu.tf32x3f, lambda *a: emu.tf32x3f(*a, TRI=True)):
         assert rel_err(kern(w, k, 0.25, False), tx.reference(w, k, 0.25)) < 1e-13
         assert rel_err(kern(w, k, 0.0, True), rgk) < 1e-13
 
 
-@pytest.mark.parametrize("nb", [1, 2])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 37), (5, 2, 130), (2, 1, 64), (3, 17, 65), (1, 1, 200),
                                    (4, 1, 257)])
-def test_grad_w_frag_emulated(shape, nb):
-    """The fragment-order grad_w (timex_grad_w_frag<NB>): row-pair staging, (b, p) counters (np < 16 and
-    B*np not a multiple of 16), both bands' fragment maps and diagonal sums, an odd number of bands."""
+def test_grad_w_frag_emulated(shape):
+    """The tensor-core grad_w (timex_grad_w_frag, two bands a block): row-pair staging, (b, p) counters (np < 16
+    and B*np not a multiple of 16), both bands' fragment maps and diagonal sums, an odd number of bands, the
+    two-band combine."""
     import timex_emulate as emu
 
     r = rng()
     B, C, T = shape
     w, k, g = r.standard_normal((C, T)), r.standard_normal(shape), r.standard_normal(shape)
-    assert rel_err(emu.grad_w_frag(k, g, nb), tx.reference_backward(w, k, g)[0]) < 1e-13
+    assert rel_err(emu.grad_w_frag(k, g, tx.GRAD_W_BANDS), tx.reference_backward(w, k, g)[0]) < 1e-13
 
 
-@pytest.mark.parametrize("chunk", [16, 32])
-@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 37), (5, 2, 130), (2, 1, 64), (3, 17, 65)])
-def test_grad_w_tf32x3_bands_emulated(shape, chunk):
-    """The band GEMMs' loads, permuted fragment maps, diagonal sums and two-band combine (grad_w tf32x3)."""
-    import timex_emulate as emu
-
-    r = rng()
-    B, C, T = shape
-    w, k, g = r.standard_normal((C, T)), r.standard_normal(shape), r.standard_normal(shape)
-    assert rel_err(emu.grad_w_tf32x3(k, g, chunk), tx.reference_backward(w, k, g)[0]) < 1e-13
+# ---- dispatch rules (CPU) -----------------------------------------------------------------------------
 
 
 def test_auto_takes_tf32x3_only_for_float32_where_measured_faster_and_t_up_to_1024():
@@ -140,21 +146,37 @@ def test_auto_takes_tf32x3_only_for_float32_where_measured_faster_and_t_up_to_10
     assert not any(tx.tf32x3_auto(dt, 64, 768, kern) for dt in ("float16", "bfloat16", "float64")
                    for kern in ("toeplitz", "grad_w"))
     assert tx.backward_variant("auto") == "auto" and tx.backward_variant("tf32x3") == "tf32x3"
+    assert tx.backward_variant("tf32x3_full") == "tf32x3" and tx.backward_variant("tf32x3_scalar") == "tf32x3"
     assert tx.backward_variant("balanced") == "tiled" and tx.backward_variant("tiled_b8") == "tiled"
+    assert all(tx.BACKWARD_OF[v] in tx.BACKWARD_VARIANTS for v in tx.VARIANTS)
 
 
-def test_seed_preconditions_and_tiled_choice():
-    assert tx.seed_preconditions("batch8", "float32", 32, 768) is None
-    assert tx.seed_preconditions("balanced", "float32", 32, 768) is None
-    assert "B % 8" in tx.seed_preconditions("batch8", "float32", 12, 768)
-    assert "T % 8" in tx.seed_preconditions("balanced", "float32", 8, 772)
-    assert "T <= 1024" in tx.seed_preconditions("shared", "float32", 1, 1025)
-    assert "T % 4" in tx.seed_preconditions("float4", "float32", 1, 5)
-    assert "float32 only" in tx.seed_preconditions("float4", "float16", 1, 8)
+def test_tuning_overrides_the_rules():
+    from cupy_kernels._runtime.tuning import tuned
+
+    with tuned(tx, tf32x3_min_b=64, tf32x3_grad_w_max_t=512):
+        assert not tx.tf32x3_auto("float32", 32, 768) and tx.tf32x3_auto("float32", 64, 768)
+        assert not tx.tf32x3_auto("float32", 1, 1024, "grad_w")
+    with tuned(tx, tiled_cost=(("b32", 1.0), ("b8", 0.5), ("b2", 1.2))):
+        assert tx.choose_tiled("float32", 8) == "b8"
+    assert tx.tf32x3_auto("float32", 32, 768) and tx.choose_tiled("float32", 8) == "b2"
+
+
+def test_ladder_preconditions_and_tiled_choice():
+    assert tx.LADDER == ("naive", "shared", "float4", "batch8", "balanced")
+    assert set(tx.LADDER) <= set(tx.VARIANTS) and set(tx.LADDER_KERNELS) == set(tx.LADDER[1:])
+    assert tx.ladder_preconditions("batch8", "float32", 32, 768) is None
+    assert tx.ladder_preconditions("balanced", "float32", 32, 768) is None
+    assert "B % 8" in tx.ladder_preconditions("batch8", "float32", 12, 768)
+    assert "T % 8" in tx.ladder_preconditions("balanced", "float32", 8, 772)
+    assert "T <= 1024" in tx.ladder_preconditions("shared", "float32", 1, 1025)
+    assert "T % 4" in tx.ladder_preconditions("float4", "float32", 1, 5)
+    assert "float32 only" in tx.ladder_preconditions("float4", "float16", 1, 8)
     assert tx.choose_tiled("float32", 32) == "b32"
     assert tx.choose_tiled("float32", 1) == "b2"
+    assert tx.choose_tiled("float32", 8) == "b2"  # b8 is a named variant only
     assert tx.choose_tiled("float64", 32) == "f64"
-    for name, cfg in tx.TILED.items():
+    for name, cfg in TILES.items():
         bm, tn = tx.tiled_shape(cfg)
         assert bm == cfg[2] * cfg[0] and tn == (32 // cfg[2]) * cfg[1] * 4
 
@@ -162,13 +184,13 @@ def test_seed_preconditions_and_tiled_choice():
 def test_rejects_host_arrays_and_bad_variants():
     w, k = np.ones((2, 3), np.float32), np.ones((1, 2, 3), np.float32)
     with pytest.raises(TypeError, match="k must be a cupy.ndarray or a CUDA torch.Tensor"):
-        tx.timex(w, k)
+        ck.timex(w, k)
     with pytest.raises(TypeError, match="k must be"):
-        tx.timex_backward(w, k, k)
+        ck.timex_backward(w, k, k)
     with pytest.raises(ValueError, match="variant must be one of"):
-        tx.timex(w, k, variant="fastest")
+        ck.timex(w, k, variant="fastest")
     with pytest.raises(ValueError, match="variant must be one of"):
-        tx.timex_backward(w, k, k, variant="float4")
+        ck.timex_backward(w, k, k, variant="float4")
 
 
 @pytest.mark.skipif(torch is None, reason="needs torch")
@@ -191,7 +213,274 @@ def test_eager_calls_skip_the_custom_op_only_when_nothing_traces():
 def test_rejects_cpu_tensors():
     w, k = torch.ones(2, 3), torch.ones(1, 2, 3)
     with pytest.raises(TypeError, match="CUDA tensor"):
-        tx.timex(w, k)
+        ck.timex(w, k)
+
+
+# ---- planning, with a recording builder (CPU) -------------------------------------------------------
+
+
+class Recorder(PlanBuilder):
+    """A PlanBuilder that records launches (kernel name, grid, block, args, shared memory) without a device."""
+
+    def launch(self, kernel, grid, block, args, shared_mem=0, cluster=1, after_previous=False):
+        self.launches.append((kernel.name, grid, block, tuple(args), shared_mem))
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Planning without a device: SOURCE.kernel without the shared-memory opt-in, a 132-SM H100's properties."""
+    real = tx.SOURCE.kernel
+    monkeypatch.setattr(tx.SOURCE, "kernel", lambda name, shared_mem=0: real(name))
+    props = DeviceProps(0, "offline", 90, 132, 1024, 2048, 227 * 1024, 50 << 20)
+    monkeypatch.setattr(tx, "current", lambda: props)
+    return props
+
+
+def record_forward(variant, dtype, shape, align=256, strides=None):
+    B, C, T = shape
+    b = Recorder(0, (256, align, 256))
+    w, k, out = b.buffers
+    tx.plan_forward(b, variant, dtype, w, T, k, strides or (C * T, T), out, 0.5, B, C, T)
+    return b
+
+
+def record_backward(variant, dtype, shape, align=256, need_w=True, need_k=True):
+    B, C, T = shape
+    b = Recorder(0, (256, align, align, 256, 256))
+    w, k, g, gw, gk = b.buffers
+    st = (C * T, T)
+    tx.plan_backward(b, variant, dtype, w, T, k, st, g, st, gw, gk, B, C, T, need_w, need_k)
+    return b
+
+
+def test_every_declared_instance_is_launched_by_a_variant(offline):
+    """The declared instances are exactly those some variant plans (aligned and unaligned, both directions):
+    none is compiled for nothing, none a variant needs is missing."""
+    planned = set()
+    for dtype in tx.FLOAT_DTYPES:
+        for align in (256, 2):
+            for shape in [(32, 4, 768), (1, 4, 4096), (8, 2, 64)]:
+                for v in tx.VARIANTS:
+                    try:
+                        planned |= {name for name, *_ in record_forward(v, dtype, shape, align).launches}
+                    except ValueError:  # a variant outside its limits
+                        pass
+                for v in tx.BACKWARD_VARIANTS:
+                    try:
+                        planned |= {name for name, *_ in record_backward(v, dtype, shape, align).launches}
+                    except ValueError:
+                        pass
+    assert planned == set(tx.SOURCE.names)
+    assert len(tx.SOURCE.names) == 65
+
+
+def test_planned_launches(offline):
+    """Which kernels a call takes, in what geometry, with which arguments."""
+    names = lambda b: [name for name, *_ in b.launches]  # noqa: E731
+    # small float32 (B=1 C=64 T=64): the small-batch tile forward; grad_k the same, grad_w on the tensor cores
+    f = record_forward("auto", "float32", (1, 64, 64))
+    assert names(f) == ["timex_tiled<float, TiledTile<2, 8, 1>, Product::forward, Loads::vec4>"]
+    (_, grid, block, args, smem), = f.launches
+    assert grid == (64, 1, 1) and block == 128 and smem == 0
+    assert [type(a) for a in args] == [Buffer, np.int64, Buffer, np.int64, np.int64, Buffer, np.float64, np.int32,
+                                       np.int32, np.int32]
+    assert (args[1], args[3], args[4], args[6], args[7:]) == (64, 4096, 64, 0.5, (1, 64, 64))
+    bw = record_backward("auto", "float32", (1, 64, 64))
+    assert names(bw) == ["timex_tiled<float, TiledTile<2, 8, 1>, Product::grad_k, Loads::vec4>",
+                         "timex_grad_w_frag<2, Loads::vec2>", "timex_grad_w_bands"]
+    assert len(bw.workspaces) == 1 and bw.workspaces[0].nbytes == 64 * 1 * 128 * 4
+    assert bw.launches[1][3][6] is bw.workspaces[0] and bw.launches[2][3][0] is bw.workspaces[0]
+    # only the gradient asked for
+    assert names(record_backward("auto", "float32", (1, 64, 64), need_w=False)) == names(bw)[:1]
+    only_w = record_backward("auto", "float32", (1, 64, 64), need_k=False)
+    assert names(only_w) == names(bw)[1:]
+    # the large-batch shapes: tensor cores for float32, the 32-row tile for the half types
+    assert names(record_forward("auto", "float32", (32, 4, 768))) == [
+        "timex_tf32x3f<Product::forward, Diagonal::skip_zero_tiles>"]
+    assert names(record_backward("auto", "float32", (32, 4, 768)))[0] == (
+        "timex_tf32x3f<Product::grad_k, Diagonal::skip_zero_tiles>")
+    assert names(record_forward("auto", "bfloat16", (32, 4, 768))) == [
+        "timex_tiled<bfloat16, TiledTile<8, 8, 4>, Product::forward, Loads::vec4>"]
+    assert names(record_backward("auto", "float16", (32, 4, 768))) == [
+        "timex_tiled<half, TiledTile<8, 8, 4>, Product::grad_k, Loads::vec4>",
+        "timex_grad_w<half, LagTile<16, 16, 4>, Loads::vec4>"]
+    # rows not on 4-element boundaries: scalar loads (pointer, or a batch stride)
+    assert names(record_forward("auto", "float32", (1, 64, 64), align=4))[0].endswith("Loads::scalar>")
+    assert names(record_forward("auto", "float32", (1, 64, 64), strides=(4098, 64)))[0].endswith("Loads::scalar>")
+    assert names(record_forward("auto", "float64", (3, 2, 64), align=16))[0].endswith("Loads::scalar>")
+    # the ladder: its kernels, geometry and dynamic shared memory
+    (name, grid, block, _, smem), = record_forward("balanced", "float32", (16, 3, 1000)).launches
+    assert (name, grid, block, smem) == ("timex_balanced", (3, 2), 125, 9 * 1000 * 4)
+    (name, grid, block, _, smem), = record_forward("shared", "float32", (2, 3, 100)).launches
+    assert (name, grid, block, smem) == ("timex_shared", 6, 100, 2 * 100 * 4)
+    (name, grid, *_), = record_forward("naive", "float16", (2, 3, 5)).launches
+    assert name == "timex_naive<half>" and grid == 1
+
+
+def test_variants_outside_their_limits_raise(offline):
+    for variant, dtype, shape in [("shared", "float32", (1, 1, 1025)), ("float4", "float32", (1, 1, 6)),
+                                  ("batch8", "float32", (12, 1, 64)), ("balanced", "float32", (8, 1, 36)),
+                                  ("batch8", "float16", (8, 1, 64)), ("tiled_b32", "float64", (1, 1, 8)),
+                                  ("tf32x3", "bfloat16", (2, 1, 8))]:
+        with pytest.raises(ValueError, match="variant|ladder rung"):
+            record_forward(variant, dtype, shape)
+    with pytest.raises(ValueError, match="variant 'tf32x3'"):
+        record_backward("tf32x3", "float16", (2, 1, 8))
+    with pytest.raises(ValueError, match="beyond this kernel's grid"):
+        record_forward("tiled_b2", "float32", (65536 * 2 + 1, 1, 8))
+
+
+# ---- the host path with the driver stubbed (CPU torch tensors stand in for CUDA ones) ----------------
+
+
+@pytest.fixture
+def stub_driver(monkeypatch, offline):
+    """timex_impl / timex_backward_impl / torch_ops.timex on CPU tensors: every check but the device's, plans
+    built and replayed, each launch recorded as (kernel, pointers) instead of reaching the driver."""
+    if torch is None:
+        pytest.skip("needs torch")
+    from cupy_kernels._runtime import bridge, kernels
+
+    class _Function:
+        ptr = 0
+
+    monkeypatch.setattr(kernels.Kernel, "function", lambda self, device=None: _Function())
+    calls, allocs = [], []
+    monkeypatch.setattr(_Launch, "__call__", lambda self, ptrs, stream: calls.append((self.name, list(ptrs))))
+    monkeypatch.setattr(tx, "kind_of", lambda x, op, name="x": bridge.TORCH if bridge.is_torch(x) else
+                        bridge.kind_of(x, op, name))
+
+    def check_like(kind, x, op, name, device, dtypes=None):
+        if not bridge.is_torch(x):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor like the other inputs")
+        dt = bridge.dtype_name(x)
+        if dtypes is not None and dt not in dtypes:
+            raise TypeError(f"{op}: {name} has dtype {dt}; expected one of {', '.join(dtypes)}")
+        return dt
+
+    monkeypatch.setattr(tx, "check_like", check_like)
+    monkeypatch.setattr(bridge._Torch, "device", staticmethod(lambda x: -1))  # CPU tensors' get_device()
+    monkeypatch.setattr(bridge._Torch, "current_device", staticmethod(lambda: -1))
+    monkeypatch.setattr(bridge._Torch, "stream", staticmethod(lambda device: 0))
+
+    def alloc(device):
+        def one(nbytes):
+            a = torch.empty(nbytes, dtype=torch.uint8)
+            allocs.append(a.data_ptr())
+            return a.data_ptr(), a
+        return one
+
+    monkeypatch.setattr(bridge._Torch, "alloc", staticmethod(alloc))
+    tx.PLANS.clear()
+    yield SimpleNamespace(calls=calls, allocs=allocs)
+    tx.PLANS.clear()
+
+
+def test_host_path_plans_once_and_replays(stub_driver, monkeypatch):
+    calls = stub_driver.calls
+    builds = []
+    real = tx._build_forward
+    monkeypatch.setattr(tx, "_build_forward", lambda *a: builds.append(a[1]) or real(*a))
+    w, k = torch.randn(64, 64), torch.randn(1, 64, 64)
+    out = tx.timex_impl(w, k, 0.5)
+    out2 = tx.timex_impl(w, k, 0.5)
+    assert out.shape == (1, 64, 64) and out.is_contiguous() and out.data_ptr() != out2.data_ptr()
+    assert builds == ["auto"] and len(calls) == 2  # one plan, two replays of its one launch
+    assert calls[0] == ("timex_tiled<float, TiledTile<2, 8, 1>, Product::forward, Loads::vec4>",
+                        [w.data_ptr(), k.data_ptr(), out.data_ptr()])
+    tx.timex_impl(w, k, 0.25)  # eps is a launch argument: a new plan
+    tx.timex_impl(w, torch.randn(1, 64, 64), 0.25)  # new data, the same plan
+    assert builds == ["auto", "auto"]
+    # a k whose t axis is strided is copied once; a row-strided w (a longer filter's view) is not
+    full = torch.randn(64, 100)
+    kt = torch.randn(1, 64, 128)[:, :, ::2]
+    calls.clear()
+    tx.timex_impl(full[:, -64:], kt)
+    (name, ptrs), = calls
+    assert ptrs[0] == full[:, -64:].data_ptr() and ptrs[1] != kt.data_ptr()
+    # the ladder rungs take a C-contiguous k: a channel-major view is copied
+    calls.clear()
+    kc = torch.randn(64, 8, 64).transpose(0, 1)
+    tx.timex_impl(w, kc, 0.0, "batch8")
+    (name, ptrs), = calls
+    assert name == "timex_batch8" and ptrs[1] != kc.data_ptr()
+    calls.clear()
+    tx.timex_impl(w, kc, 0.0, "tiled")  # the tiled kernels take its strides
+    assert calls[0][1][1] == kc.data_ptr()
+
+
+def test_host_path_errors_and_empty_shapes(stub_driver):
+    calls = stub_driver.calls
+    k = torch.ones(2, 3, 5)
+    with pytest.raises(ValueError, match=r"w must have shape \(C, T\) = \(3, 5\)"):
+        tx.timex_impl(torch.ones(3, 6), k)
+    with pytest.raises(TypeError, match="w has dtype float16 but k has float32"):
+        tx.timex_impl(torch.ones(3, 5, dtype=torch.float16), k)
+    with pytest.raises(TypeError, match="w has dtype int32; expected one of"):
+        tx.timex_impl(torch.ones(3, 5, dtype=torch.int32), torch.ones(2, 3, 5, dtype=torch.int32))
+    with pytest.raises(ValueError, match="k must have 3 dimensions"):
+        tx.timex_impl(torch.ones(3, 5), torch.ones(3, 5))
+    with pytest.raises(ValueError, match="grad_out must have the shape of k"):
+        tx.timex_backward_impl(torch.ones(3, 5), k, torch.ones(2, 3, 4))
+    with pytest.raises(TypeError, match="w must be a torch.Tensor"):
+        tx.timex_impl(np.ones((3, 5), np.float32), k)
+    with pytest.raises(ValueError, match="variant must be one of"):
+        tx.timex_impl(torch.ones(3, 5), k, 0.0, "fastest")
+    for shape in [(0, 3, 5), (2, 0, 5), (2, 3, 0)]:
+        kk, ww = torch.ones(shape), torch.ones(shape[1:])
+        assert tx.timex_impl(ww, kk).shape == shape
+        gw, gk = tx.timex_backward_impl(ww, kk, kk)
+        assert gw.shape == shape[1:] and gk.shape == shape
+        if shape[0] == 0:
+            assert float(gw.abs().sum()) == 0.0
+    assert calls == []
+
+
+def test_host_path_backward(stub_driver):
+    calls = stub_driver.calls
+    w, k, g = torch.randn(64, 64), torch.randn(1, 64, 64), torch.randn(1, 64, 64)
+    gw, gk = tx.timex_backward_impl(w, k, g)
+    assert gw.shape == (64, 64) and gk.shape == (1, 64, 64)
+    grad_k, bands, combine = calls
+    assert grad_k[0] == "timex_tiled<float, TiledTile<2, 8, 1>, Product::grad_k, Loads::vec4>"
+    assert grad_k[1][:5] == [w.data_ptr(), k.data_ptr(), g.data_ptr(), gw.data_ptr(), gk.data_ptr()]
+    assert bands[0] == "timex_grad_w_frag<2, Loads::vec2>" and combine[0] == "timex_grad_w_bands"
+    assert bands[1][5] == combine[1][5] == stub_driver.allocs[-1]  # the workspace, from the caller's allocator
+    calls.clear()
+    gw, gk = tx.timex_backward_impl(w, k, g, "auto", need_w=False)
+    assert gw is None and [c[0] for c in calls] == [grad_k[0]]
+
+
+def test_torch_autograd_wiring(stub_driver):
+    """Eager autograd runs the impls through _Timex: one forward launch; backward launches only for the inputs
+    that need a gradient; a Parameter counts as a plain tensor (no custom op)."""
+    calls = stub_driver.calls
+    w = torch.nn.Parameter(torch.randn(64, 64))
+    k = torch.randn(1, 64, 64)
+    out = ck.timex(w, k)
+    assert out.grad_fn is not None and type(out.grad_fn).__name__.startswith("_TimexBackward")
+    assert [c[0] for c in calls] == ["timex_tiled<float, TiledTile<2, 8, 1>, Product::forward, Loads::vec4>"]
+    calls.clear()
+    out.backward(torch.ones_like(out))  # grad_w only: the bands and their combine, no grad_k
+    assert [c[0] for c in calls] == ["timex_grad_w_frag<2, Loads::vec2>", "timex_grad_w_bands"]
+    assert w.grad.shape == (64, 64) and k.grad is None
+    calls.clear()
+    with torch.no_grad():
+        ck.timex(w, k, variant="tiled")
+    assert len(calls) == 1
+
+
+def test_custom_ops_schema_and_fake(stub_driver):
+    """The traced path's custom ops (CPU, stubbed driver): outputs new tensors (no alias of an input, no
+    mutation) with the fake implementations' shapes, dtypes and strides."""
+    import cupy_kernels.torch_ops  # noqa: F401  (registers the ops)
+
+    w, k, g = torch.randn(3, 9)[:, -7:], torch.randn(2, 3, 7), torch.randn(2, 3, 7)
+    utils = ("test_schema", "test_faketensor")
+    torch.library.opcheck(torch.ops.cupy_kernels.timex.default, (w, k, 0.5, "auto"), test_utils=utils)
+    torch.library.opcheck(torch.ops.cupy_kernels.timex_backward.default, (w, k, g, "auto"), test_utils=utils)
+    torch.library.opcheck(torch.ops.cupy_kernels.timex_backward.default, (w, k[:0], g[:0], "naive"),
+                          test_utils=utils)
 
 
 # ---- GPU ----------------------------------------------------------------------------------------
@@ -199,17 +488,27 @@ def test_rejects_cpu_tensors():
 
 @pytest.fixture
 def poison(monkeypatch):
-    """Every buffer the op allocates starts as NaN, so an element a kernel forgets fails the test."""
+    """Every output the op allocates starts as NaN, every workspace as 0xff bytes (NaN floats), so an element
+    a kernel forgets fails the test."""
+    import cupy
+
     from cupy_kernels._runtime import bridge
 
-    real = bridge.Call.empty
+    real_new = tx._new
 
-    def empty(self, shape, dtype):
-        arr = real(self, shape, dtype)
-        arr.fill(np.nan)
-        return arr
+    def new(kind, like, shape):
+        out = real_new(kind, like, shape)
+        kind.fill(out, float("nan"))
+        return out
 
-    monkeypatch.setattr(bridge.Call, "empty", empty)
+    def alloc(device):
+        def one(nbytes):
+            a = cupy.full(nbytes, 0xFF, dtype=cupy.uint8)
+            return a.data.ptr, a
+        return one
+
+    monkeypatch.setattr(tx, "_new", new)
+    monkeypatch.setattr(bridge._Cupy, "alloc", staticmethod(alloc))
 
 
 def make(shape, dtype, r, tmax=None):
@@ -227,7 +526,7 @@ def check_forward(shape, dtype, variant="auto", tmax=None, tol=None):
     r = rng()
     wd, kd, _, w, k, _ = make(shape, dtype, r, tmax)
     eps = float(r.standard_normal())
-    out = tx.timex(wd, kd, eps, variant=variant)
+    out = ck.timex(wd, kd, eps, variant=variant)
     assert out.shape == shape and str(out.dtype) == dtype and out.flags.c_contiguous
     err = rel_err(out, tx.reference(w, k, eps))
     assert err <= (tol or TOL[dtype]), f"{variant} {shape} {dtype}: rel err {err:.3g}"
@@ -236,7 +535,7 @@ def check_forward(shape, dtype, variant="auto", tmax=None, tol=None):
 def check_backward(shape, dtype, variant="auto", tmax=None, tol=None):
     r = rng()
     wd, kd, gd, w, k, g = make(shape, dtype, r, tmax)
-    gw, gk = tx.timex_backward(wd, kd, gd, variant=variant)
+    gw, gk = ck.timex_backward(wd, kd, gd, variant=variant)
     assert gw.shape == shape[1:] and gk.shape == shape and str(gw.dtype) == dtype and str(gk.dtype) == dtype
     rgw, rgk = tx.reference_backward(w, k, g)
     tol = tol or TOL[dtype]
@@ -252,6 +551,27 @@ def grad_err(got, want, w, k, g, i):
     scale = np.sqrt(np.maximum(tx.reference_backward(w * w, k * k, g * g)[i], 0.0))
     diff = np.linalg.norm(to_f64(got) - want)
     return diff / max(np.linalg.norm(want), np.linalg.norm(scale))
+
+
+def run_plan(plan_fn, arrays, poison_workspaces=True):
+    """Plan `plan_fn(builder, *buffers)` over CuPy arrays (in order) and run it once on the current stream."""
+    import cupy
+
+    from cupy_kernels._runtime.launch import alignment
+
+    device = cupy.cuda.runtime.getDevice()
+    b = PlanBuilder(device, [alignment(a.data.ptr) for a in arrays])
+    plan_fn(b, *b.buffers)
+    plan = b.plan()
+
+    def alloc(nbytes):
+        a = cupy.full(nbytes, 0xFF if poison_workspaces else 0, dtype=cupy.uint8)
+        return a.data.ptr, a
+
+    owners = plan.run([a.data.ptr for a in arrays], cupy.cuda.get_current_stream().ptr, alloc)
+    cupy.cuda.get_current_stream().synchronize()
+    del owners
+    return plan
 
 
 @gpu
@@ -291,7 +611,7 @@ def test_naive(shape, dtype, poison):
     ("batch8", [(8, 1, 4), (16, 3, 1000), (8, 2, 1024), (32, 2, 768)]),
     ("balanced", [(8, 1, 8), (16, 3, 1000), (8, 2, 1024), (32, 2, 768)]),
 ])
-def test_seed_ladder(variant, shapes, poison):
+def test_article_ladder(variant, shapes, poison):
     for shape in shapes:
         check_forward(shape, "float32", variant)
 
@@ -306,16 +626,18 @@ def test_ladder_preconditions_raise(variant, shape, dtype):
     r = rng()
     wd, kd, *_ = make(shape, dtype, r)
     with pytest.raises(ValueError, match="variant"):
-        tx.timex(wd, kd, variant=variant)
+        ck.timex(wd, kd, variant=variant)
 
 
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_row_strided_w_is_used_without_a_copy(dtype, poison):
+    from cupy_kernels._runtime import CUPY
+
     r = rng()
-    wd, kd, gd, w, k, g = make((3, 4, 300), dtype, r, tmax=1000)
-    arr, strides = tx._rows(wd, "w", "timex")
-    assert arr is wd and strides == (1000, 1)
+    wd, *_ = make((3, 4, 300), dtype, r, tmax=1000)
+    copy, strides, _ = tx._row_layout(CUPY, wd, dtype)
+    assert not copy and strides == (1000, 1)
     check_forward((3, 4, 300), dtype, tmax=1000)
     check_backward((3, 4, 300), dtype, tmax=1000)
 
@@ -331,12 +653,13 @@ def test_tf32x3_split_precision_accuracy(shape, poison):
 
 
 @gpu
-@pytest.mark.parametrize("kernel", list(tx.TOEPLITZ_TF32X3))
-def test_toeplitz_tf32x3_kernels_both_directions(kernel):
-    """Each compiled Toeplitz tf32x3 kernel (fragment-order default, run-5 scalar), forward and grad_k, on fresh
-    inputs against float64; outputs NaN-poisoned; bit-identical on a second run."""
+@pytest.mark.parametrize("variant", list(tx.TOEPLITZ_TF32X3))
+def test_toeplitz_tf32x3_kernels_both_directions(variant):
+    """Each compiled Toeplitz tf32x3 kernel (tf32x3: both directions; tf32x3_full, tf32x3_scalar: forward), on
+    fresh inputs against float64; outputs NaN-poisoned; bit-identical on a second run."""
     import cupy
 
+    kernel = tx.TOEPLITZ_TF32X3[variant]
     r = rng()
     for B, C, T in [(1, 1, 1), (2, 3, 5), (33, 5, 127), (32, 19, 768), (17, 2, 1000), (64, 1, 257), (3, 2, 2047),
                     (35, 4, 513)]:
@@ -345,15 +668,18 @@ def test_toeplitz_tf32x3_kernels_both_directions(kernel):
         w, k = rounded(w, "float32"), rounded(k, "float32")
         refs = (tx.reference(w, k, 0.5), tx.reference_backward(w, np.zeros_like(k), k)[1])
         for rev, ref in zip((False, True), refs):
+            if rev and variant != "tf32x3":
+                continue  # the backward of every tf32x3 variant is tf32x3's
+            eps = 0.0 if rev else 0.5
             runs = []
             for _ in range(2):
                 out = cupy.full((B, C, T), np.nan, np.float32)
-                tx._launch_tf32x3("float32", rev, wd, T, kd, C * T, T, out, 0.0 if rev else 0.5, B, C, T, kernel)
+                run_plan(lambda b, wb, kb, ob: tx.plan_toeplitz_tf32x3(b, kernel, rev, wb, T, kb, (C * T, T), ob, eps,
+                                                                       B, C, T), (wd, kd, out))
                 runs.append(cupy.asnumpy(out))
             err = rel_err(runs[0], ref)
-            assert err <= (1e-5 if T <= 1024 else TF32X3_TOL), (kernel, rev, B, C, T, err)
-            assert np.array_equal(runs[0], runs[1]), (kernel, rev, B, C, T, "not deterministic")
-    variant = next((v for v, kern in tx.TOEPLITZ_VARIANTS.items() if kern == kernel), "tf32x3_scalar")
+            assert err <= (1e-5 if T <= 1024 else TF32X3_TOL), (variant, rev, B, C, T, err)
+            assert np.array_equal(runs[0], runs[1]), (variant, rev, B, C, T, "not deterministic")
     check_forward((33, 3, 300), "float32", variant)
 
 
@@ -369,11 +695,10 @@ def test_auto_tf32x3_keeps_float32_accuracy(shape, poison):
 
 
 @gpu
-@pytest.mark.parametrize("chunk", tx.GRAD_W_TF32X3_ALL)
 @pytest.mark.parametrize("vec", [False, True])
-def test_grad_w_tf32x3_chunks_and_loads(chunk, vec):
-    """Every compiled tf32x3 grad_w (frag2, frag1, the band kernel with 16 / 32-row chunks), scalar and
-    vector loads; workspace and output NaN-poisoned; the result bit-identical on a second run (no atomics)."""
+def test_grad_w_tf32x3_loads(vec):
+    """The tensor-core grad_w (bands, then their combine), scalar and 2-wide loads; workspace (0xff bytes) and
+    output NaN-poisoned; the result bit-identical on a second run (no atomics)."""
     import cupy
 
     r = rng()
@@ -385,78 +710,61 @@ def test_grad_w_tf32x3_chunks_and_loads(chunk, vec):
         kd, gd = cupy_array(k, "float32"), cupy_array(g, "float32")
         runs = []
         for _ in range(2):
-            gw = cupy_array(np.full((C, T), np.nan), "float32")
-            ws = cupy.full((C, -(-T // tx.BAND), 2 * tx.BAND), np.nan, np.float32)
-            st = (C * T, T, 1)
-            tx._launch_grad_w_tf32x3("float32", kd, st, gd, st, gw, B, C, T, ws, chunk=chunk, vec=vec)
+            gw = cupy.full((C, T), np.nan, np.float32)
+            st = (C * T, T)
+            plan = run_plan(lambda b, kb, gb, gwb: tx.plan_grad_w_tf32x3(b, kb, st, gb, st, gwb, B, C, T, vec=vec),
+                            (kd, gd, gw))
             runs.append(cupy.asnumpy(gw))
+        assert plan.kernels == (tx._grad_w_bands_name(vec), "timex_grad_w_bands")
         err = rel_err(runs[0], tx.reference_backward(w, k, g)[0])
-        assert err <= TF32X3_TOL, (chunk, vec, B, C, T, err)
-        assert np.array_equal(runs[0], runs[1]), (chunk, vec, B, C, T, "not deterministic")
+        assert err <= TF32X3_TOL, (vec, B, C, T, err)
+        assert np.array_equal(runs[0], runs[1]), (vec, B, C, T, "not deterministic")
 
 
 @gpu
-@pytest.mark.parametrize("shape", [(32, 3, 768), (70, 2, 1000), (1, 2, 1), (3, 2, 5000), (33, 1, 129), (12, 5, 64)])
-def test_grad_k_kernel_combines_grad_w_bands(shape):
-    """grad_k's kernel with the band combine (TOEPLITZ_GRAD_K_COMBINE, a probe variant; its blocks split each
-    channel's lags): gw (NaN-poisoned) equals, bit for bit, the bands combined by timex_grad_w_bands, and grad_k
-    is the default kernel's."""
+@pytest.mark.parametrize("tile", ["b32", "b8", "b2"])
+@pytest.mark.parametrize("vec", [False, True])
+def test_tile_shapes_both_directions(tile, vec):
+    """Every compiled float32 tile shape, scalar and 4-wide loads, forward and (but b8, a forward variant only)
+    the time-reversed product that gives grad_k."""
     import cupy
 
-    r = rng()
-    B, C, T = shape
-    w, k, g = r.standard_normal((C, T)) / np.sqrt(T), r.standard_normal(shape), r.standard_normal(shape)
-    wd, kd, gd = (cupy_array(x, "float32") for x in (w, k, g))
-    st = (C * T, T, 1)
-    ws = cupy.full((C, -(-T // tx.BAND), 2 * tx.BAND), np.nan, np.float32)
-    gw, sep = cupy.full((C, T), np.nan, np.float32), cupy.full((C, T), np.nan, np.float32)
-    gk, gk_ref = cupy.full(shape, np.nan, np.float32), cupy.full(shape, np.nan, np.float32)
-    tx._launch_grad_w_tf32x3("float32", kd, st, gd, st, gw, B, C, T, ws, combine=False)
-    tx._launch_tf32x3("float32", True, wd, T, gd, C * T, T, gk, 0.0, B, C, T, combine=(ws, gw))
-    tx._launch_grad_w_tf32x3("float32", kd, st, gd, st, sep, B, C, T, ws)
-    tx._launch_tf32x3("float32", True, wd, T, gd, C * T, T, gk_ref, 0.0, B, C, T)
-    assert np.array_equal(cupy.asnumpy(gw), cupy.asnumpy(sep)), shape
-    assert np.array_equal(cupy.asnumpy(gk), cupy.asnumpy(gk_ref)), shape
-    rgw, rgk = tx.reference_backward(rounded(w, "float32"), rounded(k, "float32"), rounded(g, "float32"))
-    assert rel_err(gw, rgw) <= TF32X3_TOL and rel_err(gk, rgk) <= TF32X3_TOL, shape
-
-
-@gpu
-@pytest.mark.parametrize("cfg", [tx.TILED["b32"], tx.TILED["b8"]] + tx.PROBE_TILED)
-@pytest.mark.parametrize("vec", [False, True])
-def test_tile_shapes_both_directions(cfg, vec, poison):
-    """Every compiled tile shape (default and probe candidates), scalar and 4-wide loads, forward and
-    the time-reversed product that gives grad_k."""
     r = rng()
     for B, C, T in [(1, 1, 4), (5, 2, 132), (33, 3, 1000), (32, 2, 768)]:
         w, k = r.standard_normal((C, T)) / np.sqrt(T), r.standard_normal((B, C, T))
         wd, kd = cupy_array(w, "float32"), cupy_array(k, "float32")
-        out = cupy_array(np.full((B, C, T), np.nan), "float32")
-        tx._launch_tiled("float32", cfg, False, wd, T, kd, C * T, T, out, 0.5, B, C, T, vec=vec)
-        assert rel_err(out, tx.reference(w, k, 0.5)) <= 1e-5, (cfg, vec, B, C, T)
-        out.fill(np.nan)
-        tx._launch_tiled("float32", cfg, True, wd, T, kd, C * T, T, out, 0.0, B, C, T, vec=vec)
         _, rgk = tx.reference_backward(w, np.zeros_like(k), k)
-        assert rel_err(out, rgk) <= 1e-5, (cfg, vec, B, C, T, "reversed")
+        for rev, eps, ref in ((False, 0.5, tx.reference(w, k, 0.5)), (True, 0.0, rgk)):
+            if rev and tile == "b8":
+                continue
+            out = cupy.full((B, C, T), np.nan, np.float32)
+            run_plan(lambda b, wb, kb, ob: tx.plan_tiled(b, "float32", tile, rev, wb, T, kb, (C * T, T), ob, eps, B, C,
+                                                         T, vec=vec), (wd, kd, out))
+            assert rel_err(out, ref) <= 1e-5, (tile, vec, rev, B, C, T)
 
 
 @gpu
-@pytest.mark.parametrize("cfg", [None] + tx.PROBE_GRAD_W)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("vec", [False, True])
-def test_grad_w_tile_shapes(cfg, vec):
+def test_grad_w_tile(dtype, vec):
+    """The SIMT grad_w, scalar and 4-wide loads, NaN-poisoned output."""
+    import cupy
+
     r = rng()
-    for B, C, T in [(1, 1, 4), (9, 2, 132), (17, 3, 1000), (32, 2, 768)]:
+    for B, C, T in [(1, 1, 4), (9, 2, 132), (17, 3, 1000), (32, 2, 768), (2, 17, 64)]:
         w, k, g = r.standard_normal((C, T)), r.standard_normal((B, C, T)), r.standard_normal((B, C, T))
-        kd, gd = cupy_array(k, "float32"), cupy_array(g, "float32")
-        gw = cupy_array(np.full((C, T), np.nan), "float32")
-        st = (C * T, T, 1)
-        tx._launch_grad_w("float32", cfg, kd, st, gd, st, gw, B, C, T, vec=vec)
-        assert rel_err(gw, tx.reference_backward(w, k, g)[0]) <= 1e-5, (cfg, vec, B, C, T)
+        kd, gd = cupy_array(k, dtype), cupy_array(g, dtype)
+        gw = cupy_array(np.full((C, T), np.nan), dtype)
+        st = (C * T, T)
+        run_plan(lambda b, kb, gb, gwb: tx.plan_grad_w(b, dtype, kb, st, gb, st, gwb, B, C, T, vec=vec), (kd, gd, gw))
+        assert rel_err(gw, tx.reference_backward(w, k, g)[0]) <= TOL[dtype], (dtype, vec, B, C, T)
 
 
 @gpu
 def test_strided_k_and_grad_out(poison):
     import cupy
+
+    from cupy_kernels._runtime import CUPY
 
     r = rng()
     B, C, T = 5, 3, 130
@@ -465,11 +773,32 @@ def test_strided_k_and_grad_out(poison):
     wd, kd = cupy.asarray(w, np.float32), cupy.asarray(k, np.float32).transpose(1, 0, 2)  # batch/channel strides
     gd = cupy.asarray(g, np.float32)[:, :, ::2]  # t stride 2: copied once
     kh, gh = rounded(k, "float32").transpose(1, 0, 2), rounded(g, "float32")[:, :, ::2]
-    assert tx._rows(kd, "k", "timex")[0] is kd
-    assert rel_err(tx.timex(wd, kd), tx.reference(rounded(w, "float32"), kh)) <= 1e-5
-    gw, gk = tx.timex_backward(wd, kd, gd)
+    assert tx._row_layout(CUPY, kd, "float32")[0] is False and tx._row_layout(CUPY, gd, "float32")[0] is True
+    assert rel_err(ck.timex(wd, kd), tx.reference(rounded(w, "float32"), kh)) <= 1e-5
+    gw, gk = ck.timex_backward(wd, kd, gd)
     rgw, rgk = tx.reference_backward(rounded(w, "float32"), kh, gh)
     assert rel_err(gw, rgw) <= 1e-5 and rel_err(gk, rgk) <= 1e-5
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_replayed_plans_and_alignment(dtype, poison):
+    """A plan replayed on new data, and inputs off the 4-element boundary (a new plan with scalar loads), give
+    the reference's results."""
+    r = rng()
+    B, C, T = 3, 2, 256
+    for offset in (0, 1, 0, 2):
+        w = r.standard_normal((C, T)) / np.sqrt(T)
+        k, g = r.standard_normal((B, C, T)), r.standard_normal((B, C, T))
+        flat_k = cupy_array(np.concatenate([np.zeros(offset), k.ravel()]), dtype)
+        flat_g = cupy_array(np.concatenate([np.zeros(offset), g.ravel()]), dtype)
+        kd, gd = flat_k[offset:].reshape(B, C, T), flat_g[offset:].reshape(B, C, T)
+        wd = cupy_array(w, dtype)
+        wh, kh, gh = (rounded(x, dtype) for x in (w, k, g))
+        assert rel_err(ck.timex(wd, kd, 0.5), tx.reference(wh, kh, 0.5)) <= TOL[dtype], offset
+        gw, gk = ck.timex_backward(wd, kd, gd)
+        rgw, rgk = tx.reference_backward(wh, kh, gh)
+        assert rel_err(gw, rgw) <= TOL[dtype] and rel_err(gk, rgk) <= TOL[dtype], offset
 
 
 @gpu
@@ -492,8 +821,8 @@ def test_empty_shapes():
     for shape in [(0, 3, 5), (2, 0, 5), (2, 3, 0)]:
         k = cupy.ones(shape, np.float32)
         w = cupy.ones(shape[1:], np.float32)
-        assert tx.timex(w, k).shape == shape
-        gw, gk = tx.timex_backward(w, k, k)
+        assert ck.timex(w, k).shape == shape
+        gw, gk = ck.timex_backward(w, k, k)
         assert gw.shape == shape[1:] and gk.shape == shape
         if shape[0] == 0:
             assert float(abs(gw).sum()) == 0.0
@@ -505,17 +834,17 @@ def test_errors_name_the_argument():
 
     k = cupy.ones((2, 3, 5), np.float32)
     with pytest.raises(ValueError, match=r"w must have shape \(C, T\) = \(3, 5\)"):
-        tx.timex(cupy.ones((3, 6), np.float32), k)
+        ck.timex(cupy.ones((3, 6), np.float32), k)
     with pytest.raises(TypeError, match="w has dtype float16 but k has float32"):
-        tx.timex(cupy.ones((3, 5), np.float16), k)
+        ck.timex(cupy.ones((3, 5), np.float16), k)
     with pytest.raises(TypeError, match="w has dtype int32; expected one of"):
-        tx.timex(cupy.ones((3, 5), np.int32), cupy.ones((2, 3, 5), np.int32))
+        ck.timex(cupy.ones((3, 5), np.int32), cupy.ones((2, 3, 5), np.int32))
     with pytest.raises(ValueError, match="k must have 3 dimensions"):
-        tx.timex(cupy.ones((3, 5), np.float32), cupy.ones((3, 5), np.float32))
+        ck.timex(cupy.ones((3, 5), np.float32), cupy.ones((3, 5), np.float32))
     with pytest.raises(ValueError, match="grad_out must have the shape of k"):
-        tx.timex_backward(cupy.ones((3, 5), np.float32), k, cupy.ones((2, 3, 4), np.float32))
+        ck.timex_backward(cupy.ones((3, 5), np.float32), k, cupy.ones((2, 3, 4), np.float32))
     with pytest.raises(TypeError, match="w must be a cupy.ndarray"):
-        tx.timex(np.ones((3, 5), np.float32), k)
+        ck.timex(np.ones((3, 5), np.float32), k)
 
 
 # ---- torch --------------------------------------------------------------------------------------
@@ -533,8 +862,6 @@ def torch_inputs(shape, dtype, tmax=None, requires_grad=True):
 @torch_gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_torch_autograd(dtype):
-    import cupy_kernels as ck
-
     B, C, T = 3, 4, 200
     full, w, k = torch_inputs((B, C, T), dtype, tmax=256)
     out = ck.timex(w, k, 0.25)
@@ -551,8 +878,6 @@ def test_torch_autograd(dtype):
 @torch_gpu
 @pytest.mark.parametrize("variant", ["tf32x3", "balanced", "naive"])
 def test_torch_autograd_other_variants(variant):
-    import cupy_kernels as ck
-
     B, C, T = 8, 3, 256
     _, w, k = torch_inputs((B, C, T), "float32")
     out = ck.timex(w, k, 0.0, variant=variant)
@@ -566,22 +891,65 @@ def test_torch_autograd_other_variants(variant):
 
 
 @torch_gpu
-def test_torch_gradcheck_float64():
-    import cupy_kernels as ck
+def test_torch_backward_computes_only_the_gradients_asked_for():
+    """A frozen filter (w without grad): the backward launches grad_k's kernel only; a strided output gradient
+    (a sum's expanded ones) is copied once."""
+    from conftest import kernels_of
 
+    B, C, T = 4, 3, 300
+    w = (torch.randn(C, T, device="cuda") / T ** 0.5)
+    k = torch.randn(B, C, T, device="cuda", requires_grad=True)
+    out = ck.timex(w, k)
+    tx.PLANS.clear()
+    _, used = kernels_of(tx.SOURCE, lambda: out.sum().backward())
+    assert all("grad_w" not in name for name in used) and len(used) == 1, used
+    _, rgk = tx.reference_backward(to_f64(w), to_f64(k), np.ones((B, C, T)))
+    assert rel_err(k.grad, rgk) <= 1e-5
+
+
+@torch_gpu
+def test_torch_cuda_graph_capture():
+    """Forward and backward captured in a CUDA graph (the workspace from torch's allocator) and replayed on new
+    inputs."""
+    B, C, T = 16, 4, 512
+    w = torch.randn(C, T, device="cuda") / T ** 0.5
+    k, g = torch.randn(B, C, T, device="cuda"), torch.randn(B, C, T, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # plans built outside the capture
+            ck.timex(w, k, 0.5)
+            ck.timex_backward(w, k, g)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ck.timex(w, k, 0.5)
+        gw, gk = ck.timex_backward(w, k, g)
+    k.copy_(torch.randn_like(k))
+    g.copy_(torch.randn_like(g))
+    graph.replay()
+    torch.cuda.synchronize()
+    wh, kh, gh = (to_f64(x) for x in (w, k, g))
+    assert rel_err(out, tx.reference(wh, kh, 0.5)) <= 1e-5
+    rgw, rgk = tx.reference_backward(wh, kh, gh)
+    assert rel_err(gw, rgw) <= 1e-5 and rel_err(gk, rgk) <= 1e-5
+
+
+@torch_gpu
+def test_torch_gradcheck_float64():
     full, _, k = torch_inputs((2, 3, 7), "float64", tmax=9, requires_grad=False)
     w = full[:, -7:].detach().requires_grad_()  # a leaf that is a row-strided view
     k.requires_grad_()
     assert w.stride() == (9, 1)
     assert torch.autograd.gradcheck(lambda w_, k_: ck.timex(w_, k_, 0.5), (w, k), eps=1e-6, atol=1e-7)
     torch.library.opcheck(torch.ops.cupy_kernels.timex.default, (w.detach(), k.detach(), 0.5, "auto"))
+    g = torch.randn_like(k)
+    torch.library.opcheck(torch.ops.cupy_kernels.timex_backward.default, (w.detach(), k.detach(), g, "auto"))
 
 
 @torch_gpu
 def test_torch_matches_conv1d_formulation():
     import torch.nn.functional as F
-
-    import cupy_kernels as ck
 
     B, C, T = 4, 8, 96
     _, w, k = torch_inputs((B, C, T), "float32")
@@ -595,8 +963,6 @@ def test_torch_matches_conv1d_formulation():
 
 @torch_gpu
 def test_torch_compile_and_training_step():
-    import cupy_kernels as ck
-
     class Mix(torch.nn.Module):
         def __init__(self, C, Tmax):
             super().__init__()

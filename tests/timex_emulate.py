@@ -13,7 +13,8 @@ THREADS = 128
 
 
 def tiled(w, k, eps, RB, RT, WB, REV, KU=32):
-    """timex_tiled<E, RB, RT, WB, REV, KU, VEC> (VEC changes only how the same tile is loaded)."""
+    """timex_tiled<E, TiledTile<RB, RT, WB>, Product, Loads> (REV: Product::grad_k; the loads change only how
+    the same tile is staged; the kernel's chunk is KU = 32)."""
     B, C, T = k.shape
     WT = 32 // WB
     BM, TN = WB * RB, WT * RT * 4
@@ -66,7 +67,7 @@ def _pad(i):
 
 
 def grad_w(k, g, RD, RU, LD, group=16):
-    """timex_grad_w<E, RD, RU, LD, VEC>: blocks in channel groups, lags per thread, rows per warp."""
+    """timex_grad_w<E, LagTile<RD, RU, LD>, Loads>: blocks in channel groups, lags per thread, rows per warp."""
     B, C, T = k.shape
     LU = 32 // LD
     DN, KU, BB = LD * RD, LU * RU, 8
@@ -144,7 +145,8 @@ def _toeplitz_grid(k, eps, REV, chunk):
 
 
 def tf32x3(w, k, eps, REV):
-    """timex_tf32x3<REV> with exact products (the hi/lo split is a precision matter, not an index one)."""
+    """timex_tf32x3<Product> (REV: grad_k) with exact products (the hi/lo split is a precision matter, not an
+    index one)."""
     B, C, T = k.shape
     BM, TN, KU, KSU = 32, 256, 32, 36
     NTAP = TN + KU
@@ -180,9 +182,9 @@ def tf32x3(w, k, eps, REV):
     return _toeplitz_grid(k, eps, REV, chunk)
 
 
-def tf32x3f(w, k, eps, REV, ROT=True, TRI=False):
-    """timex_tf32x3f<REV, ROT, TRI>: fragment-order k tile and tap-pair window, warp roles (rotated with ROT),
-    two buffers, and with TRI the diagonal chunks' skipped tiles (exact products)."""
+def tf32x3f(w, k, eps, REV, TRI=False):
+    """timex_tf32x3f<Product, Diagonal>: fragment-order k tile and tap-pair window, warp w on slice w, two
+    buffers, and with TRI (Diagonal::skip_zero_tiles) the diagonal chunks' skipped tiles (exact products)."""
     B, C, T = k.shape
     BM, TN, KU = 32, 256, 32
     NTAP = TN + KU
@@ -201,7 +203,7 @@ def tf32x3f(w, k, eps, REV, ROT=True, TRI=False):
             d = t0 - u0 - (KU - 1) + i
             tp[i] = [tap(c, d), tap(c, d - 4)]
         for warp in range(4):
-            role = (warp + c) & 3 if ROT else warp
+            role = warp
             ts = t0 + role * 64
             if u0 > ts + 63 or ts >= T:
                 continue
@@ -234,69 +236,10 @@ def _store(out, acc, b0, t0, c, eps, REV):
                             out[b, c, T - 1 - t if REV else t] = acc[sl, lane, mt, j, x] + eps
 
 
-def grad_w_tf32x3(k, g, KC=16, group=16):
-    """timex_grad_w_tf32x3<KC, VEC> + timex_grad_w_bands: band GEMMs with the permuted fragment maps,
-    diagonal sums into the workspace, then the two-band combine (exact products, like tf32x3 above)."""
-    B, C, T = k.shape
-    TB, S, SA = 64, 72, 65
-    nt = -(-T // TB)
-    ws = np.full((C, nt, 2 * TB), np.nan)
-    for bid in range(C * nt):
-        grp_ = bid // (group * nt)
-        gsz = min(group, C - grp_ * group)
-        r_in = bid - grp_ * group * nt
-        c, band = grp_ * group + r_in % gsz, r_in // gsz
-        np_ = nt - band
-        nrows = B * np_
-        acc = np.zeros((4, 32, 2, 4, 4))
-        for ch in range(-(-nrows // KC)):
-            sk, sg = np.full(KC * S, np.nan), np.full(KC * S, np.nan)
-            for tid in range(THREADS):
-                lrow, lcol = tid // 16, (tid % 16) * 4
-                for s in range(KC * TB // 4 // THREADS):
-                    row = lrow + s * 8
-                    kk = ch * KC + row
-                    for e in range(4):
-                        kv = gv = 0.0
-                        if kk < nrows:
-                            b, p0 = kk // np_, (kk % np_) * TB
-                            t = p0 + lcol + e
-                            kv = k[b, c, t] if t < T else 0.0
-                            gv = g[b, c, band * TB + t] if band * TB + t < T else 0.0
-                        sk[row * S + lcol + e], sg[row * S + lcol + e] = kv, gv
-            for warp in range(4):
-                wm, wn = warp >> 1, warp & 1
-                for st in range(KC // 8):
-                    af, bf = np.zeros((32, 2, 4)), np.zeros((32, 4, 2))
-                    for lane in range(32):
-                        grp, tig = lane >> 2, lane & 3
-                        ra, rb = (8 * st + tig) * S + 32 * wm + 4 * grp, (8 * st + tig) * S + 32 * wn + 4 * grp
-                        a0, a1 = sk[ra: ra + 4], sk[ra + 4 * S: ra + 4 * S + 4]
-                        b0, b1 = sg[rb: rb + 4], sg[rb + 4 * S: rb + 4 * S + 4]
-                        af[lane] = [[a0[0], a0[1], a1[0], a1[1]], [a0[2], a0[3], a1[2], a1[3]]]
-                        bf[lane] = np.stack([b0, b1], axis=1)
-                    for mt in range(2):
-                        for n in range(4):
-                            _mma(acc[warp, :, mt, n], af[:, mt], bf[:, n])
-        at = np.full(TB * SA, np.nan)
-        for warp in range(4):
-            wm, wn = warp >> 1, warp & 1
-            for lane in range(32):
-                grp, tig = lane >> 2, lane & 3
-                for mt in range(2):
-                    for n in range(4):
-                        for x in range(4):
-                            i, j = 32 * wm + 4 * grp + 2 * mt + (x >> 1), 32 * wn + 8 * tig + 4 * (x & 1) + n
-                            at[i * SA + j] = acc[warp, lane, mt, n, x]
-        for tid in range(2 * TB - 1):
-            e = tid - (TB - 1)
-            ws[c, band, tid] = sum(at[i * SA + i + e] for i in range(max(0, -e), min(TB, TB - e)))
-    return _combine_bands(ws, C, T, TB, nt)
-
-
 def grad_w_frag(k, g, NB=2, group=16):
-    """timex_grad_w_frag<NB, VEC> + timex_grad_w_bands: fragment-order staging (row pairs, per-thread (b, p)
-    counters), NB bands per block, diagonal sums per band, then the two-band combine (exact products)."""
+    """timex_grad_w_frag<NB, Loads> + timex_grad_w_bands: band GEMMs with fragment-order staging (row pairs,
+    per-thread (b, p) counters), NB bands per block, diagonal sums per band into the workspace, then the
+    two-band combine (exact products)."""
     B, C, T = k.shape
     TB, KC, KP, SE = 64, 16, 8, 65
     SA, SB = 2 * TB + 8, 2 * TB * NB + 8

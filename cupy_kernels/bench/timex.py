@@ -1,5 +1,5 @@
-"""timex (RWKV causal depthwise long convolution): forward and forward+backward, the seed's ladder, and
-the torch conv1d formulation, at B=32 C=768 T=768 float32 and at T = 64 ... 8192 with B*C*T near 19M."""
+"""timex (RWKV causal depthwise long convolution): forward and forward+backward, the original article's ladder,
+and the torch conv1d formulation, at B=32 C=768 T=768 float32 and at T = 64 ... 8192 with B*C*T near 19M."""
 from __future__ import annotations
 
 from . import Group, suite
@@ -46,21 +46,6 @@ def _ours_fwd_bwd(w, k, g, variant="auto"):
     return torch.autograd.grad(ck.timex(w, k, variant=variant), (w, k), g)
 
 
-def _run6_backward(w, k, g):
-    """The tf32x3 backward with run 6's kernels (grad_k without the diagonal-chunk skip, grad_w frag2), CuPy
-    arrays, C-contiguous float32: the ladder row below the current default."""
-    import cupy
-
-    from ..ops import timex as tx
-
-    B, C, T = k.shape
-    gw, gk = cupy.empty((C, T), cupy.float32), cupy.empty_like(k)
-    st = (C * T, T, 1)
-    tx._launch_tf32x3("float32", True, w, T, g, C * T, T, gk, 0.0, B, C, T, "frag_norot")
-    tx._launch_grad_w_tf32x3("float32", k, st, g, st, gw, B, C, T, chunk="frag2")
-    return gw, gk
-
-
 def _no_grad(fn):
     def run():
         import torch
@@ -103,7 +88,6 @@ def timex_suite(quick: bool):
                 {"cupy_kernels": lambda: ck.timex_backward(wc, kc, gc),
                  "tiled (SIMT fp32 grad_k + grad_w)": lambda: ck.timex_backward(wc, kc, gc, variant="tiled"),
                  "tf32x3 (both on tensor cores)": lambda: ck.timex_backward(wc, kc, gc, variant="tf32x3"),
-                 "tf32x3 run-6 kernels (full grad_k, frag2 grad_w)": lambda: _run6_backward(wc, kc, gc),
                  "ladder naive": lambda: ck.timex_backward(wc, kc, gc, variant="naive")},
                 bytes=4 * (3 * B * C * T + 2 * C * T), flops=4 * fmas, note=_auto_note(B, T))
     yield Group("timex forward+backward", shape, "float32",

@@ -5,299 +5,170 @@
 
 `w` is (C, T), `k` is (B, C, T). Rows of `w` may be strided (the view `w[:, -T:]` of a longer filter is
 used without a copy); `k` and `grad_out` may have any batch and channel strides. An input whose last
-axis is not contiguous is copied once (documented in docs/timex.md).
-"""
+axis is not unit-stride is copied once (documented in docs/timex.md), as is a non-contiguous `k` for the
+ladder rungs.
+
+A call is planned once per (variant, dtypes, shapes, strides, alignment, eps, device) into a Plan (the kernel
+instances, their geometry and arguments, the workspaces) and replayed after that: a hit is a key lookup, the
+outputs' allocation and the launches."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
-from .._runtime import CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, dtype_name, is_torch
+from .._runtime import (CTYPES, FLOAT_DTYPES, ITEMSIZE, TORCH, KernelSource, PlanBuilder, ceil_div, check_like,
+                        current, dtype_name, kind_of)
+from .._runtime.launch import alignment
+from .._runtime.tuning import PlanCache
 
 SOURCE = KernelSource("timex.cu")
-THREADS = 128                       # TX_THREADS in timex.cu
-TILED = {                           # tiled forward / grad_k shapes: name -> (RB, RT, WB)
-    "b32": (8, 8, 4),               # 32 rows b x 256 t per block, 8 x 8 outputs per thread
-    "b8": (4, 8, 2),                # 8 rows b x 512 t per block, 4 x 8 per thread (small batches)
-    "b2": (2, 8, 1),                # 2 rows b x 1024 t per block, 2 x 8 per thread (B = 1, 2, 3, ...)
-}
-TILED_F64 = ("f64", (4, 4, 4))      # float64 (gradcheck): 16 rows b x 128 t, 4 x 4 per thread
-# Relative time per computed FMA, from the H200 run (benchmarks/runs/timex-NVIDIA_H200.md): b32 37.2
-# TFLOP/s and b8 21.5 at B=32 T=768; b2 26.7-32.5 at B=3..12, T=2048..8192. b8 stays a named variant.
-TILED_COST = {"b32": 1.0, "b8": 1.75, "b2": 1.2}
-GRAD_W = {"float": (16, 16, 4), "f64": (8, 8, 4)}  # grad_w (RD, RU, LD): 64 lags / block (32 for float64)
-# Other float32 tile shapes compiled for scripts/timex_probe.py to compare on the device (not dispatched).
-PROBE_TILED = [(4, 16, 4), (8, 8, 2), (4, 16, 4, 64)]
-PROBE_GRAD_W = [(16, 8, 4), (8, 16, 8), (8, 8, 4)]
+THREADS = 128                # TX_THREADS in timex.cu: the block of the tiled and tensor-core kernels
+GRID_STRIDE_THREADS = 256    # block of the grid-stride kernels (naive, the band combine)
+GRID_STRIDE_WAVES = 8        # their grid: at most this many waves of thread-resident blocks (threads loop)
+TF32X3_TILE = (32, 256)      # rows b, times t a block of the Toeplitz tensor-core kernels
+BAND = 64                    # TXB in timex.cu: the band tile of the tensor-core grad_w
+GRAD_W_BANDS = 2             # bands a block of timex_grad_w_frag (NB)
+
 VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "tf32x3_full", "tf32x3_scalar", "naive",
             "shared", "float4", "batch8", "balanced")
-LADDER = ("naive", "shared", "float4", "batch8", "balanced")  # the seed's rungs, in order
+LADDER = ("naive", "shared", "float4", "batch8", "balanced")  # the original article's rungs, in order
+LADDER_KERNELS = {"shared": "timex_shared", "float4": "timex_float4", "batch8": "timex_batch8",
+                  "balanced": "timex_balanced"}  # float32 only; preconditions in ladder_preconditions
 BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
-TF32X3_TILE = (32, 256)  # rows b, times t per block of timex_tf32x3f / timex_tf32x3
-# Toeplitz tf32x3 kernels (format with REV): variant tf32x3 = TOEPLITZ_DEFAULT, tf32x3_full = frag_norot (the
-# default of run 6 to issue 3's helper run: every MMA of the diagonal chunks), tf32x3_scalar = run 5's kernel;
-# frag_tri = frag_norot skipping the MMA tiles wholly above the diagonal; frag (warp roles rotated with the
-# channel) for the probe: run 6 measured it 1.3-4.5% slower than fixed roles (forward 0.2615 vs 0.2582 ms,
-# 0.2681 vs 0.2566; benchmarks/runs/timex-run6-call*/probe.log)
-TOEPLITZ_TF32X3 = {"frag": "timex_tf32x3f<{}, true, false, false>", "scalar": "timex_tf32x3<{}>",
-                   "frag_norot": "timex_tf32x3f<{}, false, false, false>",
-                   "frag_tri": "timex_tf32x3f<{}, false, true, false>"}
-# grad_k by the default Toeplitz kernel that also finishes grad_w (the band combine) after timex_grad_w_frag:
-# for the probe and the tests (measured slower than the separate combine kernel: each block's serial prologue)
-TOEPLITZ_GRAD_K_COMBINE = "timex_tf32x3f<true, false, true, true>"
-TOEPLITZ_DEFAULT = "frag_tri"
-TOEPLITZ_VARIANTS = {"tf32x3": TOEPLITZ_DEFAULT, "tf32x3_full": "frag_norot", "tf32x3_scalar": "scalar"}
-GRAD_W_TF32X3 = "frag2"   # tf32x3 grad_w kernel: timex_grad_w_frag<2> (frag1, and the first band kernel
-                         # timex_grad_w_tf32x3 with 16 / 32 K rows per chunk, are compiled for the probe)
-GRAD_W_TF32X3_ALL = ("frag2", "frag1", 16, 32)
-BAND = 64                # band tile of timex_grad_w_tf32x3 (TXB)
-# 'auto' takes a tf32x3 kernel for float32 where the H200 runs (benchmarks/runs/timex-run4-probe.log) measured
-# it faster and its error stays within float32's 1e-5. The error grows with the MMA accumulation length: the
-# Toeplitz kernel (forward, grad_k) sums over T (5.1e-6 at T = 1024, 1.0e-5 at 2048), grad_w over B*T/64 rows
-# (5.1e-6 at B*T = 32*2048). The Toeplitz tile is 32 b x 256 t: B < 16 or T < 256 tie or lose (measured);
-# the band grad_w has no batch tile and won at every measured B (1..384). Run 6 (fragment-order Toeplitz kernel,
-# benchmarks/runs/timex-run6-call1): it also wins at B = 12 (T = 768) and T = 128, 192 (B = 192, 128).
-TF32X3_TOEPLITZ = (12, 128, 1024)  # min B, min T, max T
-TF32X3_GRAD_W = (2048, 32 * 2048)  # max T, max B*T
-SEED_RUNGS = {  # kernel, float32 only; preconditions checked by _seed_check
-    "shared": "timex_shared", "float4": "timex_float4", "batch8": "timex_batch8", "balanced": "timex_balanced",
-}
+# The Toeplitz tensor-core kernel of each tf32x3 variant: tf32x3 skips the diagonal chunks' all-zero MMA tiles;
+# tf32x3_full runs every tile; tf32x3_scalar is the first tensor-core rung (fragments gathered word by word).
+TOEPLITZ_TF32X3 = {"tf32x3": "skip_zero_tiles", "tf32x3_full": "every_tile", "tf32x3_scalar": "scalar"}
 
 
-def _b(v):
-    return "true" if v else "false"
+@dataclass(frozen=True)
+class Tuning:
+    # timex_tiled's tile shapes by name: (RB rows b x RT times t a thread, WB lanes of a warp along b); a block
+    # holds WB*RB rows b x 128*RT/WB times t. b32 (32 x 256) measured 37.2 TFLOP/s at B=32 C=768 T=768 against
+    # 28.6-30.1 for the other shapes tried, (4, 16, 4), (8, 8, 2) and (4, 16, 4) with 64 u a chunk (H200, the
+    # probe log of 61f08d7); b2 (2 x 1024) serves small batches; b8 (8 x 512) is a named variant only.
+    tiled_tiles: tuple = (("b32", (8, 8, 4)), ("b8", (4, 8, 2)), ("b2", (2, 8, 1)))
+    # Relative time per computed FMA of each tile: 'auto' takes the least (rows b padded to the tile) x cost.
+    # H200, ffd9e1d's bench: b32 37.2 TFLOP/s and b8 21.5 at B=32 T=768; b2 26.7-32.5 at B = 3..12, T = 2048..8192.
+    tiled_cost: tuple = (("b32", 1.0), ("b8", 1.75), ("b2", 1.2))
+    # float64's tile (gradcheck, not tuned): 16 rows b x 128 t, 4 x 4 a thread (half float32's registers).
+    tiled_f64: tuple = (4, 4, 4)
+    # timex_grad_w's tile (RD lags x RU values of u a thread, LD lanes of a warp along the lags; 64 lags a
+    # block). B=32 C=768 T=768 float32, ms with 4-wide / scalar loads (H200, the probe log of 61f08d7): this
+    # 0.661 / 1.041; (8, 16, 8) 0.652 / 1.138, (16, 8, 4) 0.707 / 1.086, (8, 8, 4) 0.906 / 1.408.
+    grad_w_tile: tuple = (16, 16, 4)
+    # float64's (gradcheck, not tuned): 32 lags a block.
+    grad_w_tile_f64: tuple = (8, 8, 4)
+    # float32 forward and grad_k on the tensor cores (tf32x3) from this batch and this T: the 32 x 256 block
+    # tile pads small B and short T. H200, 845ec6b, ms tf32x3 / tiled: B=12 T=768 0.236 / 0.261, B=192 T=128
+    # 0.128 / 0.131, B=128 T=192 0.135 / 0.153; but B=8 T=768 0.233 / 0.181, B=384 T=64 0.128 / 0.123.
+    tf32x3_min_b: int = 12
+    tf32x3_min_t: int = 128
+    # ... up to this T: the split-precision error grows with the accumulation length, 5.1e-6 at T = 1024 and
+    # 1.0e-5 at 2048 against float32's 1e-5 (B=32 C=16, H200, the probe log of 61f08d7), where tiled also
+    # won (B=12 T=2048: 1.37 against 1.53 ms).
+    tf32x3_max_t: int = 1024
+    # float32 grad_w on the tensor cores (band GEMMs, any B: they won at every B measured, 1..384) while the
+    # error stays within float32's 1e-5: it grows with T and with B*T/64, the rows each band sums: 5.1e-6 at
+    # T = 2048 with B*T = 65536, 1.0e-5 at T = 4096 (B=32, H200, the probe log of 61f08d7).
+    tf32x3_grad_w_max_t: int = 2048
+    tf32x3_grad_w_max_bt: int = 32 * 2048
 
 
-def _tiled_name(dtype, cfg, rev, vec):
-    rb, rt, wb, *ku = cfg
-    return f"timex_tiled<{CTYPES[dtype]}, {rb}, {rt}, {wb}, {_b(rev)}, {ku[0] if ku else 32}, {_b(vec)}>"
+TUNING = Tuning()
+PLANS = PlanCache()
 
 
-def _grad_w_name(dtype, cfg=None, vec=False):
-    rd, ru, ld = cfg or GRAD_W["f64" if dtype == "float64" else "float"]
-    return f"timex_grad_w<{CTYPES[dtype]}, {rd}, {ru}, {ld}, {_b(vec)}>"
+# ---- instance names ---------------------------------------------------------------------------------------
+
+_PRODUCT = {False: "Product::forward", True: "Product::grad_k"}
 
 
-def _grad_w_tf32x3_name(chunk=None, vec=False):
-    """chunk: None (the default kernel), 'frag1' / 'frag2' (fragment-order staging, 1 or 2 bands per block),
-    or 16 / 32 (the first band kernel's K rows per chunk)."""
-    chunk = chunk or GRAD_W_TF32X3
-    if isinstance(chunk, str):
-        return f"timex_grad_w_frag<{chunk[len('frag'):]}, {_b(vec)}>"
-    return f"timex_grad_w_tf32x3<{chunk}, {_b(vec)}>"
+def _tile(tile: str) -> tuple:
+    """(RB, RT, WB) of a named tiled shape ('f64': float64's)."""
+    if tile == "f64":
+        return TUNING.tiled_f64
+    return dict(TUNING.tiled_tiles)[tile]
+
+
+def _tiled_name(dtype: str, tile: str, rev: bool, vec: bool) -> str:
+    rb, rt, wb = _tile(tile)
+    return (f"timex_tiled<{CTYPES[dtype]}, TiledTile<{rb}, {rt}, {wb}>, {_PRODUCT[rev]}, "
+            f"Loads::{'vec4' if vec else 'scalar'}>")
+
+
+def _grad_w_name(dtype: str, vec: bool) -> str:
+    rd, ru, ld = TUNING.grad_w_tile_f64 if dtype == "float64" else TUNING.grad_w_tile
+    return f"timex_grad_w<{CTYPES[dtype]}, LagTile<{rd}, {ru}, {ld}>, Loads::{'vec4' if vec else 'scalar'}>"
+
+
+def _toeplitz_name(kernel: str, rev: bool) -> str:
+    if kernel == "scalar":
+        return f"timex_tf32x3<{_PRODUCT[rev]}>"
+    return f"timex_tf32x3f<{_PRODUCT[rev]}, Diagonal::{kernel}>"
+
+
+def _grad_w_bands_name(vec: bool) -> str:
+    return f"timex_grad_w_frag<{GRAD_W_BANDS}, Loads::{'vec2' if vec else 'scalar'}>"
 
 
 def _declare():
+    """Every instance a variant may launch, and no other."""
     names = []
+    for dt in FLOAT_DTYPES:  # the naive rung and backward
+        names += [f"timex_{kernel}<{CTYPES[dt]}>" for kernel in ("naive", "naive_grad_k", "naive_grad_w")]
+    names += list(LADDER_KERNELS.values())
+    # tf32x3 (both directions: the default's and the tf32x3 backward's); tf32x3_full, tf32x3_scalar: forward only
+    names += [_toeplitz_name("skip_zero_tiles", rev) for rev in (False, True)]
+    names += [_toeplitz_name("every_tile", False), _toeplitz_name("scalar", False)]
+    names += [_grad_w_bands_name(vec) for vec in (False, True)] + ["timex_grad_w_bands"]
     for dt in FLOAT_DTYPES:
-        names += [f"timex_naive<{CTYPES[dt]}>", f"timex_naive_grad_k<{CTYPES[dt]}>",
-                  f"timex_naive_grad_w<{CTYPES[dt]}>"]
-    names += list(SEED_RUNGS.values())
-    names += [n.format(_b(rev)) for n in TOEPLITZ_TF32X3.values() for rev in (False, True)]
-    names += [TOEPLITZ_GRAD_K_COMBINE]
-    names += ["timex_grad_w_bands"]
-    names += [_grad_w_tf32x3_name(kc, vec) for kc in GRAD_W_TF32X3_ALL for vec in (False, True)]
-    for dt in FLOAT_DTYPES:
-        cfgs = [TILED_F64[1]] if dt == "float64" else list(TILED.values())
-        for cfg in cfgs:
-            names += [_tiled_name(dt, cfg, rev, vec) for rev in (False, True) for vec in (False, True)]
-        names += [_grad_w_name(dt, None, False), _grad_w_name(dt, None, True)]
-    names += [_tiled_name("float32", cfg, rev, vec) for cfg in PROBE_TILED for rev in (False, True)
-              for vec in (False, True)]
-    names += [_grad_w_name("float32", cfg, vec) for cfg in PROBE_GRAD_W for vec in (False, True)]
+        for tile in (("f64",) if dt == "float64" else dict(TUNING.tiled_tiles)):
+            # b8 forward only: the backward of every SIMT variant takes choose_tiled's tile, never b8
+            for rev in ((False,) if tile == "b8" else (False, True)):
+                names += [_tiled_name(dt, tile, rev, vec) for vec in (False, True)]
+        names += [_grad_w_name(dt, vec) for vec in (False, True)]
     SOURCE.declare(names)
 
 
 _declare()
 
 
-def tiled_shape(cfg):
-    """(rows b per block, times t per block) of a tiled configuration."""
+# ---- dispatch rules ---------------------------------------------------------------------------------------
+
+
+def tiled_shape(cfg) -> tuple[int, int]:
+    """(rows b a block, times t a block) of a tiled configuration (RB, RT, WB)."""
     rb, rt, wb = cfg[:3]
     return wb * rb, (32 // wb) * rt * (THREADS // 32)
 
 
 def choose_tiled(dtype: str, B: int) -> str:
-    """The tiled shape with the least estimated work for batch B (padding rows b costs FMAs)."""
+    """The tiled shape with the least estimated time for batch B (padding rows b costs FMAs)."""
     if dtype == "float64":
-        return TILED_F64[0]
-    return min(TILED, key=lambda n: ceil_div(B, tiled_shape(TILED[n])[0]) * tiled_shape(TILED[n])[0] * TILED_COST[n])
+        return "f64"
+    cost = dict(TUNING.tiled_cost)
+
+    def estimate(name):
+        bm = tiled_shape(_tile(name))[0]
+        return ceil_div(B, bm) * bm * cost[name]
+
+    return min((name for name, _ in TUNING.tiled_tiles if name in cost), key=estimate)
 
 
 def tf32x3_auto(dtype: str, B: int, T: int, kernel: str = "toeplitz") -> bool:
-    """Whether 'auto' takes the tf32x3 tensor-core kernel ('toeplitz': forward and grad_k; 'grad_w')."""
+    """Whether 'auto' takes the tensor-core kernel ('toeplitz': forward and grad_k; 'grad_w')."""
     if dtype != "float32":
         return False
+    t = TUNING
     if kernel == "grad_w":
-        return T <= TF32X3_GRAD_W[0] and B * T <= TF32X3_GRAD_W[1]
-    b_min, t_min, t_max = TF32X3_TOEPLITZ
-    return B >= b_min and t_min <= T <= t_max
-
-
-def _cfg(name):
-    if isinstance(name, tuple):
-        return name
-    return TILED_F64[1] if name == TILED_F64[0] else TILED[name]
-
-
-# ---- validation ---------------------------------------------------------------------------------
-
-
-def _elem_strides(arr, name, op):
-    """Element strides of a CuPy array, or None when they are not whole elements."""
-    item = arr.dtype.itemsize
-    if any(s % item for s in arr.strides):
-        return None
-    return tuple(s // item for s in arr.strides)
-
-
-def _rows(arr, name, op):
-    """`arr` with unit stride along its last axis (copied once if not) and its element strides."""
-    import cupy
-
-    st = _elem_strides(arr, name, op)
-    if st is None or (arr.shape[-1] > 1 and st[-1] != 1):
-        arr = cupy.ascontiguousarray(arr)
-        st = _elem_strides(arr, name, op)
-    return arr, st
-
-
-def _inputs(call, op, w, k, g=None):
-    wc = call.arg(w, "w", dtypes=FLOAT_DTYPES, ndim=2)
-    kc = call.arg(k, "k", dtypes=FLOAT_DTYPES, ndim=3)
-    if wc.dtype != kc.dtype:
-        raise TypeError(f"{op}: w has dtype {dtype_name(wc)} but k has {dtype_name(kc)}; "
-                        f"w and k must have the same dtype")
-    B, C, T = kc.shape
-    if tuple(wc.shape) != (C, T):
-        raise ValueError(f"{op}: w must have shape (C, T) = ({C}, {T}) to match k of shape (B, C, T) = "
-                         f"{tuple(kc.shape)}; got w of shape {tuple(wc.shape)}")
-    gc = None
-    if g is not None:
-        gc = call.arg(g, "grad_out", dtypes=FLOAT_DTYPES, ndim=3)
-        if gc.dtype != kc.dtype:
-            raise TypeError(f"{op}: grad_out has dtype {dtype_name(gc)} but k has {dtype_name(kc)}; they must match")
-        if tuple(gc.shape) != tuple(kc.shape):
-            raise ValueError(f"{op}: grad_out must have the shape of k {tuple(kc.shape)}; got {tuple(gc.shape)}")
-    if max(B, C, T) >= 2**31:
-        raise ValueError(f"{op}: B, C and T must each be < 2**31; got k of shape {tuple(kc.shape)}")
-    return wc, kc, gc
-
-
-# ---- forward ------------------------------------------------------------------------------------
+        return T <= t.tf32x3_grad_w_max_t and B * T <= t.tf32x3_grad_w_max_bt
+    return B >= t.tf32x3_min_b and t.tf32x3_min_t <= T <= t.tf32x3_max_t
 
 
 def check_variant(variant: str) -> None:
     if variant not in VARIANTS:
         raise ValueError(f"timex: variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
-
-
-def timex_impl(w, k, eps: float = 0.0, variant: str = "auto"):
-    """The kernels' path for either kind of input (no autograd)."""
-    op = "timex"
-    with Call(op, k, "k") as call:
-        wc, kc, _ = _inputs(call, op, w, k)
-        dtype = dtype_name(kc)
-        B, C, T = kc.shape
-        out = call.empty((B, C, T), dtype)
-        if out.size == 0:
-            return call.result(out)
-        wc, ws = _rows(wc, "w", op)
-        kc, ks = _rows(kc, "k", op)
-        eps = np.float64(eps)
-        if variant == "auto" and tf32x3_auto(dtype, B, T):
-            variant = "tf32x3"
-        if variant in ("auto", "tiled") or variant.startswith("tiled_"):
-            name = choose_tiled(dtype, B) if variant in ("auto", "tiled") else variant[len("tiled_"):]
-            if dtype == "float64" and name != TILED_F64[0]:
-                raise ValueError(f"timex: variant {variant!r} has no float64 kernel; use 'tiled' or 'naive'")
-            if dtype != "float64" and name not in TILED:
-                raise ValueError(f"timex: variant {variant!r} is for float64 only")
-            _launch_tiled(dtype, name, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T)
-        elif variant in TOEPLITZ_VARIANTS:
-            _launch_tf32x3(dtype, False, wc, ws[0], kc, ks[0], ks[1], out, eps, B, C, T, TOEPLITZ_VARIANTS[variant])
-        elif variant == "naive":
-            _launch_naive(f"timex_naive<{CTYPES[dtype]}>", B * C * T,
-                          (wc, np.int64(ws[0]), kc, np.int64(ks[0]), np.int64(ks[1]), out, eps,
-                           np.int32(B), np.int32(C), np.int32(T)))
-        else:
-            _seed_rung(variant, dtype, wc, ws[0], kc, out, eps, B, C, T)
-        return call.result(out)
-
-
-def _launch_naive(name, n, args):
-    blocks = max(1, min(ceil_div(n, 256), current().resident_blocks(256) * 8))
-    SOURCE.kernel(name)((blocks,), (256,), args)
-
-
-def _launch_tiled(dtype, name, rev, w, ldw, x, sb, sc, out, eps, B, C, T, vec=None):
-    cfg = _cfg(name)
-    bm, tn = tiled_shape(cfg)
-    grid = (C, ceil_div(T, tn), ceil_div(B, bm))
-    if grid[1] > 65535 or grid[2] > 65535:
-        raise ValueError(f"timex: T = {T} or B = {B} is beyond this kernel's grid ({tn * 65535} / {bm * 65535})")
-    if vec is None:
-        vec = T % 4 == 0 and _aligned4(x, (sb, sc, 1))
-    SOURCE.kernel(_tiled_name(dtype, cfg, rev, vec))(
-        grid, (THREADS,), (w, np.int64(ldw), x, np.int64(sb), np.int64(sc), out, np.float64(eps),
-                           np.int32(B), np.int32(C), np.int32(T)))
-
-
-def _launch_tf32x3(dtype, rev, w, ldw, x, sb, sc, out, eps, B, C, T, kernel=TOEPLITZ_DEFAULT, combine=None):
-    """The Toeplitz product on the tensor cores; kernel: a key of TOEPLITZ_TF32X3. combine: (ws, gw) for grad_k
-    (rev) by the default kernel: its blocks also combine timex_grad_w_frag's bands in ws into gw."""
-    if dtype != "float32":
-        raise ValueError(f"timex: variant 'tf32x3' (split-precision TF32 tensor cores) is float32 only; got {dtype}")
-    bm, tn = TF32X3_TILE
-    grid = (C, ceil_div(T, tn), ceil_div(B, bm))
-    if grid[1] > 65535 or grid[2] > 65535:
-        raise ValueError(f"timex: T = {T} or B = {B} is beyond this kernel's grid ({tn * 65535} / {bm * 65535})")
-    args = (w, np.int64(ldw), x, np.int64(sb), np.int64(sc), out, np.float64(eps), np.int32(B), np.int32(C),
-            np.int32(T))
-    if combine is not None:
-        if not (rev and kernel == "frag_tri"):
-            raise ValueError("timex: the band combine runs only in grad_k's default Toeplitz kernel")
-        SOURCE.kernel(TOEPLITZ_GRAD_K_COMBINE)(grid, (THREADS,), args + tuple(combine))
-        return
-    if kernel != "scalar":  # the fragment-order kernels' (unused) ws, gw
-        args += (out, out)
-    SOURCE.kernel(TOEPLITZ_TF32X3[kernel].format(_b(rev)))(grid, (THREADS,), args)
-
-
-def seed_preconditions(variant: str, dtype: str, B: int, T: int) -> str | None:
-    """Why a seed rung cannot run this problem (None when it can)."""
-    if dtype != "float32":
-        return f"the seed rung {variant!r} is float32 only; got {dtype}"
-    if variant == "shared" and T > 1024:
-        return f"the seed rung 'shared' needs T <= 1024 (one thread per t); got T = {T}"
-    if variant == "float4" and (T % 4 or T > 4096):
-        return f"the seed rung 'float4' needs T % 4 == 0 and T <= 4096; got T = {T}"
-    if variant in ("batch8", "balanced"):
-        step = 8 if variant == "balanced" else 4
-        if B % 8 or T % step or T > 1024:
-            return (f"the seed rung {variant!r} needs B % 8 == 0, T % {step} == 0 and T <= 1024; "
-                    f"got B = {B}, T = {T}")
-    return None
-
-
-def _seed_rung(variant, dtype, w, ldw, k, out, eps, B, C, T):
-    import cupy
-
-    why = seed_preconditions(variant, dtype, B, T)
-    if why:
-        raise ValueError(f"timex: {why}; use variant='auto'")
-    k = cupy.ascontiguousarray(k)
-    smem = (2 if variant in ("shared", "float4") else 9) * T * 4
-    kern = SOURCE.kernel(SEED_RUNGS[variant], smem)
-    args = (w, np.int64(ldw), k, out, eps, np.int32(B), np.int32(C), np.int32(T))
-    if variant == "shared":
-        kern((B * C,), (T,), args, shared_mem=smem)
-    elif variant == "float4":
-        kern((B * C,), (T // 4,), args, shared_mem=smem)
-    else:
-        kern((C, B // 8), (T // (8 if variant == "balanced" else 4),), args, shared_mem=smem)
-
-
-# ---- backward -----------------------------------------------------------------------------------
 
 
 def check_backward_variant(variant: str) -> None:
@@ -306,97 +177,356 @@ def check_backward_variant(variant: str) -> None:
 
 
 def backward_variant(variant: str) -> str:
-    """The backward a forward variant's autograd uses: auto, naive and tf32x3 their own, tf32x3_scalar the
-    tf32x3 one, the other (SIMT) rungs the SIMT tiled kernels."""
+    """The backward a forward variant's autograd uses: auto, naive and tf32x3 their own, tf32x3_full and
+    tf32x3_scalar the tf32x3 one, the other (SIMT) rungs the SIMT tiled kernels."""
     if variant in ("tf32x3_scalar", "tf32x3_full"):
         return "tf32x3"
     return variant if variant in ("auto", "naive", "tf32x3") else "tiled"
 
 
-def timex_backward_impl(w, k, grad_out, variant: str = "auto"):
-    op = "timex_backward"
-    with Call(op, k, "k") as call:
-        wc, kc, gc = _inputs(call, op, w, k, grad_out)
-        dtype = dtype_name(kc)
-        B, C, T = kc.shape
-        gw = call.empty((C, T), dtype)
-        gk = call.empty((B, C, T), dtype)
-        if gw.size == 0:
-            return call.result(gw), call.result(gk)
-        if B == 0:
-            gw.fill(0)
-            return call.result(gw), call.result(gk)
-        wc, ws = _rows(wc, "w", op)
-        kc, ks = _rows(kc, "k", op)
-        gc, gs = _rows(gc, "grad_out", op)
-        if variant == "naive":
-            _launch_naive(f"timex_naive_grad_k<{CTYPES[dtype]}>", B * C * T,
-                          (wc, np.int64(ws[0]), gc, np.int64(gs[0]), np.int64(gs[1]), gk,
-                           np.int32(B), np.int32(C), np.int32(T)))
-            _launch_naive(f"timex_naive_grad_w<{CTYPES[dtype]}>", C * T,
-                          (kc, np.int64(ks[0]), np.int64(ks[1]), gc, np.int64(gs[0]), np.int64(gs[1]), gw,
-                           np.int32(B), np.int32(C), np.int32(T)))
-        else:
-            # (grad_k's kernel can also do grad_w's band combine, the third launch: measured 1.7-2.1 us slower at
-            # B=32 C=768 T=768, benchmarks/notes.md, so the separate combine kernel stays)
-            tf = variant == "tf32x3"
-            if tf or (variant == "auto" and tf32x3_auto(dtype, B, T)):
-                _launch_tf32x3(dtype, True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
-            else:
-                _launch_tiled(dtype, choose_tiled(dtype, B), True, wc, ws[0], gc, gs[0], gs[1], gk, 0.0, B, C, T)
-            if tf or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w")):
-                _launch_grad_w_tf32x3(dtype, kc, ks, gc, gs, gw, B, C, T,
-                                      call.empty((C, ceil_div(T, BAND), 2 * BAND), "float32"))
-            else:
-                _launch_grad_w(dtype, None, kc, ks, gc, gs, gw, B, C, T)
-        return call.result(gw), call.result(gk)
+BACKWARD_OF = {v: backward_variant(v) for v in VARIANTS}
 
 
-def _aligned(arr, strides, n):
-    """Whether rows of `arr` start on n-element boundaries (n-element vector loads are safe)."""
-    return arr.data.ptr % (n * arr.dtype.itemsize) == 0 and all(s % n == 0 for s in strides[:-1])
+def ladder_preconditions(variant: str, dtype: str, B: int, T: int) -> str | None:
+    """Why a rung of the original article's ladder cannot run this problem (None when it can)."""
+    if dtype != "float32":
+        return f"the ladder rung {variant!r} is float32 only; got {dtype}"
+    if variant == "shared" and T > 1024:
+        return f"the ladder rung 'shared' needs T <= 1024 (one thread per t); got T = {T}"
+    if variant == "float4" and (T % 4 or T > 4096):
+        return f"the ladder rung 'float4' needs T % 4 == 0 and T <= 4096; got T = {T}"
+    if variant in ("batch8", "balanced"):
+        step = 8 if variant == "balanced" else 4
+        if B % 8 or T % step or T > 1024:
+            return (f"the ladder rung {variant!r} needs B % 8 == 0, T % {step} == 0 and T <= 1024; "
+                    f"got B = {B}, T = {T}")
+    return None
 
 
-def _aligned4(arr, strides):
-    return _aligned(arr, strides, 4)
+# ---- planning: each function records its launches into a PlanBuilder ----------------------------------------
+# Arguments: Buffers of the builder (w, k / x, g, outputs); ldw, (sb, sc): element strides of w's rows and of
+# the batch and channel axes of k / g (unit stride along t).
 
 
-def _launch_grad_w(dtype, cfg, k, ks, g, gs, gw, B, C, T, vec=None):
-    rd, ru, ld = cfg or GRAD_W["f64" if dtype == "float64" else "float"]
+def _packs_ok(buf, strides, dtype: str, n: int) -> bool:
+    """Whether rows of a buffer with these (batch, channel) strides start on n-element boundaries."""
+    return buf.alignment >= n * ITEMSIZE[dtype] and all(s % n == 0 for s in strides)
+
+
+def _grid_stride_blocks(n: int) -> int:
+    return max(1, min(ceil_div(n, GRID_STRIDE_THREADS), current().resident_blocks(GRID_STRIDE_THREADS)
+                      * GRID_STRIDE_WAVES))
+
+
+def plan_naive(b: PlanBuilder, name: str, n: int, args) -> None:
+    """A grid-stride kernel over n items."""
+    b.launch(SOURCE.kernel(name), _grid_stride_blocks(n), GRID_STRIDE_THREADS, args)
+
+
+def plan_tiled(b: PlanBuilder, dtype: str, tile: str, rev: bool, w, ldw, x, xs, out, eps, B, C, T, vec=None):
+    """The tiled Toeplitz product on FP32 / FP64 FMAs: out <- timex(w, x) (rev: grad_k, x the output gradient)."""
+    bm, tn = tiled_shape(_tile(tile))
+    grid = (C, ceil_div(T, tn), ceil_div(B, bm))
+    if grid[1] > 65535 or grid[2] > 65535:
+        raise ValueError(f"timex: T = {T} or B = {B} is beyond this kernel's grid ({tn * 65535} / {bm * 65535})")
     if vec is None:
-        vec = T % 4 == 0 and _aligned4(k, ks) and _aligned4(g, gs)
+        vec = T % 4 == 0 and _packs_ok(x, xs, dtype, 4)
+    b.launch(SOURCE.kernel(_tiled_name(dtype, tile, rev, vec)), grid, THREADS,
+             (w, np.int64(ldw), x, np.int64(xs[0]), np.int64(xs[1]), out, np.float64(eps), np.int32(B), np.int32(C),
+              np.int32(T)))
+
+
+def plan_toeplitz_tf32x3(b: PlanBuilder, kernel: str, rev: bool, w, ldw, x, xs, out, eps, B, C, T):
+    """The Toeplitz product on the tensor cores, split-precision TF32 (float32); kernel: a value of TOEPLITZ_TF32X3."""
+    bm, tn = TF32X3_TILE
+    grid = (C, ceil_div(T, tn), ceil_div(B, bm))
+    if grid[1] > 65535 or grid[2] > 65535:
+        raise ValueError(f"timex: T = {T} or B = {B} is beyond this kernel's grid ({tn * 65535} / {bm * 65535})")
+    b.launch(SOURCE.kernel(_toeplitz_name(kernel, rev)), grid, THREADS,
+             (w, np.int64(ldw), x, np.int64(xs[0]), np.int64(xs[1]), out, np.float64(eps), np.int32(B), np.int32(C),
+              np.int32(T)))
+
+
+def plan_ladder(b: PlanBuilder, rung: str, w, ldw, k, out, eps, B, C, T):
+    """A rung of the original article's ladder (k C-contiguous); preconditions checked by the caller."""
+    smem = (2 if rung in ("shared", "float4") else 9) * T * 4
+    if rung == "shared":
+        grid, block = B * C, T
+    elif rung == "float4":
+        grid, block = B * C, T // 4
+    else:
+        grid, block = (C, B // 8), T // (8 if rung == "balanced" else 4)
+    b.launch(SOURCE.kernel(LADDER_KERNELS[rung], smem), grid, block,
+             (w, np.int64(ldw), k, out, np.float64(eps), np.int32(B), np.int32(C), np.int32(T)), shared_mem=smem)
+
+
+def plan_grad_w(b: PlanBuilder, dtype: str, k, ks, g, gs, gw, B, C, T, vec=None):
+    """grad_w on the SIMT kernel: one launch, reduced over b in-kernel."""
+    rd, ru, ld = TUNING.grad_w_tile_f64 if dtype == "float64" else TUNING.grad_w_tile
+    if vec is None:
+        vec = T % 4 == 0 and _packs_ok(k, ks, dtype, 4) and _packs_ok(g, gs, dtype, 4)
     blocks = C * ceil_div(T, ld * rd)
     if blocks >= 2**31:
         raise ValueError(f"timex_backward: C * ceil(T / {ld * rd}) = {blocks} blocks is beyond the grid limit")
-    SOURCE.kernel(_grad_w_name(dtype, cfg, vec))(
-        (blocks,), (THREADS,), (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), gw,
-                           np.int32(B), np.int32(C), np.int32(T)))
+    b.launch(SOURCE.kernel(_grad_w_name(dtype, vec)), blocks, THREADS,
+             (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), gw, np.int32(B), np.int32(C),
+              np.int32(T)))
 
 
-def _launch_grad_w_tf32x3(dtype, k, ks, g, gs, gw, B, C, T, ws=None, chunk=None, vec=None, combine=True):
-    """Band GEMMs into the workspace ws (C, ceil(T/64), 128) float32, then (combine) the two-band combine into gw;
-    without it, the grad_k launch that follows does the combine (_launch_tf32x3's combine)."""
-    import cupy
-
-    if dtype != "float32":
-        raise ValueError(f"timex_backward: variant 'tf32x3' (split-precision TF32 tensor cores) is float32 only; "
-                         f"got {dtype}")
+def plan_grad_w_tf32x3(b: PlanBuilder, k, ks, g, gs, gw, B, C, T, vec=None):
+    """grad_w on the tensor cores (float32): band GEMMs into a workspace of (C, ceil(T/64), 128) floats, then the
+    fixed-order combine of each lag's two bands (timex_grad_w_bands) into gw."""
     nt = ceil_div(T, BAND)
     if C * nt >= 2**31 or B * nt >= 2**31:
         raise ValueError(f"timex_backward: C * ceil(T / {BAND}) and B * ceil(T / {BAND}) must be < 2**31 for "
                          f"'tf32x3'; got B = {B}, C = {C}, T = {T}")
-    if ws is None:
-        ws = cupy.empty((C, nt, 2 * BAND), cupy.float32)
-    chunk = chunk or GRAD_W_TF32X3
-    nb = int(chunk[len("frag"):]) if isinstance(chunk, str) else 1  # bands per block
-    if vec is None:  # the frag kernels load 2 elements at a time, the first band kernel 4
-        step = 2 if isinstance(chunk, str) else 4
-        vec = T % step == 0 and _aligned(k, ks, step) and _aligned(g, gs, step)
-    SOURCE.kernel(_grad_w_tf32x3_name(chunk, vec))(
-        (C * ceil_div(nt, nb),), (THREADS,), (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), ws,
-                                np.int32(B), np.int32(C), np.int32(T)))
-    if combine:
-        _launch_naive("timex_grad_w_bands", C * T, (ws, gw, np.int32(C), np.int32(T)))
+    if vec is None:  # 2-element loads
+        vec = T % 2 == 0 and _packs_ok(k, ks, "float32", 2) and _packs_ok(g, gs, "float32", 2)
+    ws = b.workspace(C * nt * 2 * BAND * 4)
+    b.launch(SOURCE.kernel(_grad_w_bands_name(vec)), C * ceil_div(nt, GRAD_W_BANDS), THREADS,
+             (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), ws, np.int32(B), np.int32(C),
+              np.int32(T)))
+    plan_naive(b, "timex_grad_w_bands", C * T, (ws, gw, np.int32(C), np.int32(T)))
+
+
+def _tf32x3_only(op: str, variant: str, dtype: str) -> None:
+    if dtype != "float32":
+        raise ValueError(f"{op}: variant {variant!r} (split-precision TF32 tensor cores) is float32 only; got {dtype}")
+
+
+def plan_forward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, out, eps, B, C, T):
+    """out <- timex(w, k) + eps by `variant` (validated: a ValueError names a variant outside its limits)."""
+    if variant == "auto":
+        variant = "tf32x3" if tf32x3_auto(dtype, B, T) else "tiled"
+    if variant == "tiled" or variant.startswith("tiled_"):
+        tile = choose_tiled(dtype, B) if variant == "tiled" else variant[len("tiled_"):]
+        if dtype == "float64" and variant != "tiled":
+            raise ValueError(f"timex: variant {variant!r} has no float64 kernel; use 'tiled' or 'naive'")
+        plan_tiled(b, dtype, tile, False, w, ldw, k, ks, out, eps, B, C, T)
+    elif variant in TOEPLITZ_TF32X3:
+        _tf32x3_only("timex", variant, dtype)
+        plan_toeplitz_tf32x3(b, TOEPLITZ_TF32X3[variant], False, w, ldw, k, ks, out, eps, B, C, T)
+    elif variant == "naive":
+        plan_naive(b, f"timex_naive<{CTYPES[dtype]}>", B * C * T,
+                   (w, np.int64(ldw), k, np.int64(ks[0]), np.int64(ks[1]), out, np.float64(eps), np.int32(B),
+                    np.int32(C), np.int32(T)))
+    else:
+        why = ladder_preconditions(variant, dtype, B, T)
+        if why:
+            raise ValueError(f"timex: {why}; use variant='auto'")
+        plan_ladder(b, variant, w, ldw, k, out, eps, B, C, T)
+
+
+def plan_backward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, g, gs, gw, gk, B, C, T,
+                  need_w: bool = True, need_k: bool = True):
+    """gk <- grad_k (when need_k), gw <- grad_w (when need_w) by `variant`: one launch each on the SIMT
+    kernels, grad_w's bands and their combine on the tensor cores."""
+    if variant == "naive":
+        if need_k:
+            plan_naive(b, f"timex_naive_grad_k<{CTYPES[dtype]}>", B * C * T,
+                       (w, np.int64(ldw), g, np.int64(gs[0]), np.int64(gs[1]), gk, np.int32(B), np.int32(C),
+                        np.int32(T)))
+        if need_w:
+            plan_naive(b, f"timex_naive_grad_w<{CTYPES[dtype]}>", C * T,
+                       (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), gw, np.int32(B),
+                        np.int32(C), np.int32(T)))
+        return
+    forced = variant == "tf32x3"
+    if forced:
+        _tf32x3_only("timex_backward", variant, dtype)
+    # (grad_k's kernel could also do grad_w's band combine and save a launch: measured 1.7-2.1 us slower at
+    # B=32 C=768 T=768, each block's serial prologue; H200, 1a4fcfc)
+    if need_k:
+        if forced or (variant == "auto" and tf32x3_auto(dtype, B, T)):
+            plan_toeplitz_tf32x3(b, TOEPLITZ_TF32X3["tf32x3"], True, w, ldw, g, gs, gk, 0.0, B, C, T)
+        else:
+            plan_tiled(b, dtype, choose_tiled(dtype, B), True, w, ldw, g, gs, gk, 0.0, B, C, T)
+    if need_w:
+        if forced or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w")):
+            plan_grad_w_tf32x3(b, k, ks, g, gs, gw, B, C, T)
+        else:
+            plan_grad_w(b, dtype, k, ks, g, gs, gw, B, C, T)
+
+
+# ---- calls ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A planned call: the outputs' shapes, which inputs are copied first (w, k[, g]), whether grad_w is zeroed
+    without a kernel (B = 0), the plan (None: nothing to launch)."""
+    shapes: tuple
+    copies: tuple
+    zero_gw: bool
+    plan: object
+
+
+def _elem_strides(kind, x, dtype):
+    """Element strides, or None when a CuPy array's byte strides are not whole elements."""
+    if kind is TORCH:
+        return tuple(x.stride())
+    item = ITEMSIZE[dtype]
+    return None if any(s % item for s in x.strides) else tuple(s // item for s in x.strides)
+
+
+def _row_layout(kind, x, dtype, contiguous=False):
+    """(copy, element strides of the array the kernels read, its alignment): a copy (C-contiguous, fresh) when
+    the last axis is not unit-stride (or, with contiguous=True, when x is not C-contiguous)."""
+    shape = tuple(x.shape)
+    st = _elem_strides(kind, x, dtype)
+    dense = _dense_strides(shape)
+    if st is not None and contiguous:
+        ok = all(n == 1 or s == d for n, s, d in zip(shape, st, dense))
+    else:
+        ok = st is not None and (shape[-1] <= 1 or st[-1] == 1)
+    if not ok:
+        return True, dense, 256
+    return False, st, min(alignment(kind.ptr(x)), 32)  # the key holds the pointer's low 5 bits
+
+
+def _dense_strides(shape):
+    st, step = [], 1
+    for n in reversed(shape):
+        st.append(step)
+        step *= n
+    return tuple(reversed(st))
+
+
+def _validate(kind, op, w, k, g, device):
+    """Every check of a call's inputs; returns (dtype, B, C, T)."""
+    wdt = check_like(kind, w, op, "w", device, FLOAT_DTYPES)
+    if len(w.shape) != 2:
+        raise ValueError(f"{op}: w must have 2 dimensions; got shape {tuple(w.shape)}")
+    dtype = dtype_name(k)
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{op}: k has dtype {dtype}; expected one of {', '.join(FLOAT_DTYPES)}")
+    if len(k.shape) != 3:
+        raise ValueError(f"{op}: k must have 3 dimensions; got shape {tuple(k.shape)}")
+    if wdt != dtype:
+        raise TypeError(f"{op}: w has dtype {wdt} but k has {dtype}; w and k must have the same dtype")
+    B, C, T = k.shape
+    if tuple(w.shape) != (C, T):
+        raise ValueError(f"{op}: w must have shape (C, T) = ({C}, {T}) to match k of shape (B, C, T) = "
+                         f"{tuple(k.shape)}; got w of shape {tuple(w.shape)}")
+    if g is not None:
+        gdt = check_like(kind, g, op, "grad_out", device, FLOAT_DTYPES)
+        if len(g.shape) != 3:
+            raise ValueError(f"{op}: grad_out must have 3 dimensions; got shape {tuple(g.shape)}")
+        if gdt != dtype:
+            raise TypeError(f"{op}: grad_out has dtype {gdt} but k has {dtype}; they must match")
+        if tuple(g.shape) != tuple(k.shape):
+            raise ValueError(f"{op}: grad_out must have the shape of k {tuple(k.shape)}; got {tuple(g.shape)}")
+    if max(B, C, T) >= 2**31:
+        raise ValueError(f"{op}: B, C and T must each be < 2**31; got k of shape {tuple(k.shape)}")
+    return dtype, B, C, T
+
+
+def _build_forward(kind, variant, w, k, eps, device) -> _Entry:
+    """Validate a forward call and plan it (a miss of PLANS: every check happens here)."""
+    check_variant(variant)
+    dtype, B, C, T = _validate(kind, "timex", w, k, None, device)
+    if B * C * T == 0:
+        return _Entry(((B, C, T),), (False, False), False, None)
+    copy_w, ws, wal = _row_layout(kind, w, dtype)
+    copy_k, ks, kal = _row_layout(kind, k, dtype, contiguous=variant in LADDER_KERNELS)
+    b = PlanBuilder(device, (wal, kal, 256))
+    wb, kb, ob = b.buffers
+    plan_forward(b, variant, dtype, wb, ws[0], kb, ks[:2], ob, eps, B, C, T)
+    return _Entry(((B, C, T),), (copy_w, copy_k), False, b.plan())
+
+
+def _build_backward(kind, variant, w, k, g, need_w, need_k, device) -> _Entry:
+    check_backward_variant(variant)
+    dtype, B, C, T = _validate(kind, "timex_backward", w, k, g, device)
+    shapes = ((C, T), (B, C, T))
+    if C * T == 0 or B == 0:
+        return _Entry(shapes, (False, False, False), need_w and C * T > 0, None)
+    layouts = [_row_layout(kind, x, dtype) for x in (w, k, g)]
+    (copy_w, ws, wal), (copy_k, ks, kal), (copy_g, gs, gal) = layouts
+    b = PlanBuilder(device, (wal, kal, gal, 256, 256))
+    wb, kb, gb, gwb, gkb = b.buffers
+    plan_backward(b, variant, dtype, wb, ws[0], kb, ks[:2], gb, gs[:2], gwb, gkb, B, C, T, need_w, need_k)
+    return _Entry(shapes, (copy_w, copy_k, copy_g), False, b.plan())
+
+
+def _key_of(kind, x):
+    """What a plan depends on of one input: (dtype, shape, strides, the pointer's low 5 bits, device). An input
+    of another kind raises AttributeError, which sends the call to the validation."""
+    if kind is TORCH:
+        return x.dtype, x.shape, x.stride(), x.data_ptr() & 31, x.get_device()
+    return x.dtype, x.shape, x.strides, x.data.ptr & 31, x.device.id
+
+
+def timex_impl(w, k, eps: float = 0.0, variant: str = "auto"):
+    """out = timex(w, k) + eps for CuPy arrays or CUDA tensors (no autograd): a planned call, replayed."""
+    kind = kind_of(k, "timex", "k")
+    device = kind.device(k)
+    if kind.current_device() != device:
+        with kind.on_device(device):
+            return timex_impl(w, k, eps, variant)
+    eps = float(eps)
+    try:
+        key = (variant, eps, _key_of(kind, k), _key_of(kind, w), device)
+    except AttributeError:
+        _validate(kind, "timex", w, k, None, device)
+        raise
+    e = PLANS.get(key)
+    if e is None:
+        e = PLANS.put(key, _build_forward(kind, variant, w, k, eps, device))
+    out = _new(kind, k, e.shapes[0])
+    if e.plan is None:
+        return out
+    if e.copies[0]:
+        w = kind.as_contiguous(w)
+    if e.copies[1]:
+        k = kind.as_contiguous(k)
+    e.plan.run((kind.ptr(w), kind.ptr(k), kind.ptr(out)), kind.stream(device))
+    return out
+
+
+def timex_backward_impl(w, k, grad_out, variant: str = "auto", need_w: bool = True, need_k: bool = True):
+    """(grad_w, grad_k) of timex for CuPy arrays or CUDA tensors (no autograd); need_w / need_k False: that
+    gradient is not computed (None)."""
+    kind = kind_of(k, "timex_backward", "k")
+    device = kind.device(k)
+    if kind.current_device() != device:
+        with kind.on_device(device):
+            return timex_backward_impl(w, k, grad_out, variant, need_w, need_k)
+    try:
+        key = (variant, need_w, need_k, _key_of(kind, k), _key_of(kind, w), _key_of(kind, grad_out),
+               device)
+    except AttributeError:
+        _validate(kind, "timex_backward", w, k, grad_out, device)
+        raise
+    e = PLANS.get(key)
+    if e is None:
+        e = PLANS.put(key, _build_backward(kind, variant, w, k, grad_out, need_w, need_k, device))
+    gw = _new(kind, k, e.shapes[0]) if need_w else None
+    gk = _new(kind, k, e.shapes[1]) if need_k else None
+    if e.plan is None:
+        if e.zero_gw:
+            kind.fill(gw, 0)
+        return gw, gk
+    copy_w, copy_k, copy_g = e.copies
+    if copy_w:
+        w = kind.as_contiguous(w)
+    if copy_k:
+        k = kind.as_contiguous(k)
+    if copy_g:
+        grad_out = kind.as_contiguous(grad_out)
+    plan = e.plan
+    plan.run((kind.ptr(w), kind.ptr(k), kind.ptr(grad_out), 0 if gw is None else kind.ptr(gw),
+              0 if gk is None else kind.ptr(gk)), kind.stream(device), kind.alloc(device) if plan.workspaces else None)
+    return gw, gk
+
+
+def _new(kind, like, shape):
+    """A new C-contiguous array of `like`'s kind, dtype and device."""
+    if kind is TORCH:
+        return like.new_empty(shape)
+    import cupy
+
+    return cupy.empty(shape, like.dtype)
 
 
 # ---- float64 references (host, NumPy) -------------------------------------------------------------
