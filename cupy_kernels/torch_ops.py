@@ -14,6 +14,7 @@ from .ops import reduce as _reduce
 
 _is_compiling = torch.compiler.is_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a Parameter is a plain tensor to the kernels (no __torch_function__)
 
 
 def untraced(*tensors) -> bool:
@@ -22,7 +23,7 @@ def untraced(*tensors) -> bool:
     of host time a call). The custom ops remain what torch.compile, fake tensors and modes see."""
     # is_compiling() first: under dynamo it is a constant and the rest is never traced
     return (not _is_compiling() and _dispatch_modes() == 0
-            and all(t is None or type(t) is torch.Tensor for t in tensors))
+            and all(t is None or type(t) in _PLAIN for t in tensors))
 
 
 def plain_eager(*tensors) -> bool:
@@ -124,7 +125,7 @@ _REDUCE_OPS = {op: _register_reduce(op) for op in _reduce.OPS}
 
 
 def reduce(op, x, axis, keepdims):
-    if type(x) is torch.Tensor and not _is_compiling() and not _dispatch_modes():
+    if type(x) in _PLAIN and not _is_compiling() and not _dispatch_modes():
         if x.requires_grad and torch.is_grad_enabled():
             return _Reduce.apply(x, op, axis, bool(keepdims))
         return _reduce.reduce_impl(op, x, axis, keepdims)
@@ -204,7 +205,7 @@ def _softmax_call(x, axis, dtype, log):
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"{op}: dtype must be a floating torch.dtype; got {dtype!r}")
         x = x.to(dtype)  # torch's rule: the input is cast before the op (autograd flows through the cast)
-    if type(x) is torch.Tensor and not _is_compiling() and not _dispatch_modes():
+    if type(x) in _PLAIN and not _is_compiling() and not _dispatch_modes():
         if x.requires_grad and torch.is_grad_enabled():
             return _Softmax.apply(x, axis, log)
         return _softmax._run(op, "fwd", op, "auto", (x,), axis)
@@ -413,9 +414,6 @@ def rms_norm_(x, weight=None, eps=1e-6):
 # tensors, modes) see the custom ops cupy_kernels::timex / timex_backward, whose autograd runs the same
 # kernels. Every output is a new tensor (never an alias of an input).
 from .ops import timex as _timex  # noqa: E402
-
-_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a Parameter is a plain tensor to the kernels (no __torch_function__)
-
 
 @torch.library.custom_op("cupy_kernels::timex", mutates_args=())
 def _timex_op(w: torch.Tensor, k: torch.Tensor, eps: float, variant: str) -> torch.Tensor:
