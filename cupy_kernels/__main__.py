@@ -65,8 +65,8 @@ def load_ops():
 def check(archs=ARCHS, jobs: int | None = None, cache: bool = True) -> int:
     """Compile every declared kernel offline (NVRTC, no GPU; every core, reports cached on disk); print registers
     and spills per file and arch; 1 on any failure (a compile error, or a spill beyond KNOWN_SPILLS)."""
-    from ._runtime import all_sources, cuda_include_dir
-    from ._runtime.offline import compile_all, compiler_identity
+    from ._runtime import all_sources
+    from ._runtime.offline import compile_all, nvrtc_library
     from ._runtime.sources import cuda_include_origin
 
     registry = load_ops()
@@ -76,7 +76,8 @@ def check(archs=ARCHS, jobs: int | None = None, cache: bool = True) -> int:
         failures.append(f"cu_src files no ops module declares: {undeclared}")
     failures += [f"{name} declares no kernels" for name, s in sorted(registry.items()) if not s.names]
     include, origin = cuda_include_origin()
-    print(f"{compiler_identity(cuda_include_dir())}; CUDA headers: {include} ({origin})")
+    version, library = nvrtc_library()
+    print(f"NVRTC {version} ({library or 'found by cuda.bindings'}); CUDA headers: {include} ({origin})")
     sys.stdout.flush()  # before the progress on stderr
     results = compile_all([registry[n] for n in sorted(registry)], archs, jobs=jobs, cache=cache)
     width = max([len("source")] + [len(n) for n in registry])

@@ -164,25 +164,33 @@ def cache_dir() -> Path:
 
 
 @functools.lru_cache(maxsize=None)
-def compiler_identity(include_dir: str | None) -> str:
-    """What decides a program's reports besides its source, options, target and instances: NVRTC's version and
-    library, and the CUDA headers' text."""
+def nvrtc_library() -> tuple[str, str | None]:
+    """(NVRTC's version, e.g. "13.5"; the library file cuda-pathfinder loads it from, or None)."""
     from cuda.bindings import nvrtc
 
     _, major, minor = nvrtc.nvrtcVersion()
-    parts = [f"NVRTC {major}.{minor}"]
-    try:  # the library itself, for a patch release under the same version
+    try:
         from cuda.pathfinder import load_nvidia_dynamic_lib
 
-        lib = os.path.realpath(load_nvidia_dynamic_lib("nvrtc").abs_path)
-        parts.append(f"{os.path.basename(lib)} {os.path.getsize(lib)} bytes")
+        path = os.path.realpath(load_nvidia_dynamic_lib("nvrtc").abs_path)
     except Exception:
-        pass
+        path = None
+    return f"{major}.{minor}", path
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_identity(include_dir: str | None) -> str:
+    """What decides a program's reports besides its source, options, target and instances: NVRTC's version and
+    library (its size tells a patch release apart), and the CUDA headers' text."""
+    version, path = nvrtc_library()
+    parts = [f"NVRTC {version}"]
+    if path and os.path.exists(path):
+        parts.append(f"{os.path.basename(path)} {os.path.getsize(path)} bytes")
     if include_dir:
         digest = hashlib.sha256()
         for name in CUDA_HEADERS:
-            path = Path(include_dir) / name
-            digest.update(path.read_bytes() if path.exists() else b"-")
+            header = Path(include_dir) / name
+            digest.update(header.read_bytes() if header.exists() else b"-")
         parts.append(f"headers {digest.hexdigest()[:16]}")
     return ", ".join(parts)
 
