@@ -1,4 +1,4 @@
-"""`python -m cupy_kernels check | bench [--op NAME] [--quick] | info`"""
+"""`python -m cupy_kernels check | bench [--op NAME] [--quick] | warmup | info`"""
 from __future__ import annotations
 
 import argparse
@@ -145,7 +145,19 @@ def main(argv=None) -> int:
     b.add_argument("--quick", action="store_true", help="fewer shapes")
     b.add_argument("--out", default="benchmarks", help="directory for <device>.json/.md/.png ('' to skip)")
     sub.add_parser("info", help="versions, paths and devices")
+    w = sub.add_parser("warmup", help="compile kernel instances into the disk cache ahead of time, on every core "
+                                      "(optional: each compiles when a call first needs it)")
+    w.add_argument("--source", action="append", help="cu_src file (repeatable); default: all")
+    w.add_argument("--arch", help="architecture, e.g. 90 (default: the current GPU's)")
+    w.add_argument("-j", "--jobs", type=int, help="compiler processes (default: one per core)")
+    w.add_argument("--clear", action="store_true", help="empty the kernel cache first")
     args = parser.parse_args(argv)
+    if args.cmd == "warmup":
+        from ._runtime.warmup import warmup
+
+        n = warmup(args.source, args.arch, args.jobs, args.clear)
+        print(f"warmup: {n} instances in the cache")
+        return 0
     if args.cmd == "check":
         return check(jobs=args.jobs, cache=not args.no_cache)
     if args.cmd == "info":
