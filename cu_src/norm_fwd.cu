@@ -30,13 +30,14 @@ __device__ __forceinline__ void combine_norm_parts(const A* sl, int parts, long 
 }
 
 // Output element e of a pack from x: (x - mean) * rstd * w + b (layer), x * rstd * w (rms: mean 0).
-// A half type's layer output takes x * rstd + shift, shift = -mean * rstd (computed once a row by the caller):
-// one FMA instead of a subtraction and a product. Its rounding, ~2^-24 * |mean| / std, stays far below
-// a half type's; float32 keeps the subtraction (exact where |mean| >> std).
-template <int MODE, typename T, typename A>
+// With FMA, a half type's layer output takes x * rstd + shift, shift = -mean * rstd (computed once a row by the
+// caller): one FMA instead of a subtraction and a product. Its rounding, ~2^-24 * |mean| / std, stays far below a half
+// type's; float32 keeps the subtraction (exact where |mean| >> std), and so does the run-time-group element path:
+// there a row of one element (x = mean) must give exactly b, which x * rstd + shift misses by the rounding of x * rstd.
+template <int MODE, typename T, bool FMA = true, typename A>
 __device__ __forceinline__ A norm_out(const typename Vec16<T>::type& xp, const typename Vec16<T>::type& wp,
                                       const typename Vec16<T>::type& bp, int e, A mean, A rstd, A shift) {
-  const A xh = MODE == LAYER && sizeof(T) == 2 ? elem<A>(xp, e) * rstd + shift : (elem<A>(xp, e) - mean) * rstd;
+  const A xh = MODE == LAYER && sizeof(T) == 2 && FMA ? elem<A>(xp, e) * rstd + shift : (elem<A>(xp, e) - mean) * rstd;
   return MODE == LAYER ? xh * elem<A>(wp, e) + elem<A>(bp, e) : xh * elem<A>(wp, e);
 }
 
@@ -76,6 +77,7 @@ norm_fwd(
     typename AccOf<T>::type inv_n, int phase, int* sync, typename AccOf<T>::type* slots) {
   constexpr int STAGE = FORM & STAGED ? 1 : 0;
   constexpr bool FULL = FORM & FULL_PACKS, SHIFT = FORM & SHIFTED;
+  constexpr bool FMA = GT != ANY_GROUP || SHIFT;  // norm_out's
   fix_group<GT>(G, parts, aligned);
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
@@ -201,7 +203,7 @@ norm_fwd(
       store_shifted<T, MAXP>(y + from, R, live, row + 1 < rows, sx, [&](int p) {
         const P wp = column_at<T>(w, p, R, 1.f), bp = column_at<T>(b, p, R, 0.f);
         P o;
-        auto out = [&](int e) -> A { return norm_out<MODE, T>(r[p], wp, bp, e, mean, rstd, shift); };
+        auto out = [&](int e) -> A { return norm_out<MODE, T, FMA>(r[p], wp, bp, e, mean, rstd, shift); };
 #pragma unroll
         for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
         return o;
@@ -217,7 +219,7 @@ norm_fwd(
       if (p < packs) {
         const P wp = column_pack<T>(wr, p, L, 1.f), bp = column_pack<T>(br, p, L, 0.f);
         P o;
-        auto out = [&](int e) -> A { return norm_out<MODE, T>(r[p], wp, bp, e, mean, rstd, shift); };
+        auto out = [&](int e) -> A { return norm_out<MODE, T, FMA>(r[p], wp, bp, e, mean, rstd, shift); };
 #pragma unroll
         for (int e = 0; e < V; e += 2) store2(&o.v[e], out(e), out(e + 1));
         store_pack<T>(yr, o, p, L);
