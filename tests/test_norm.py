@@ -355,7 +355,7 @@ def test_group_lengths_take_their_group():
 
 def test_full_rows_only_where_every_pack_is_whole():
     """The forward's FULL_PACKS instances (no pack count or bounds test) are planned exactly for rows where every
-    thread of the compile-time group holds MAXP whole packs, the issue's power-of-two shapes among them, and are
+    thread of the compile-time group holds MAXP whole packs, the benchmark's power-of-two shapes among them, and are
     declared."""
     T = N.TUNING
     taken = set()
@@ -375,7 +375,7 @@ def test_full_rows_only_where_every_pack_is_whole():
             if full:
                 taken.add((dtype, n, stage))
             assert not rw.full_rows(p, dtype, P, 0, stage)  # the run-time group has none
-    # the issue's forward shapes: 65536x128 f32 (staged groups of 8), 32768x1024 f16, 4096² f32 (unstaged), 1024x32768
+    # the benchmark's forward shapes: 65536x128 f32 (staged groups of 8), 32768x1024 f16, 4096² f32 (unstaged), 1024x32768
     # bf16 (staged)
     assert {("float32", 128, 1), ("float16", 1024, 0), ("float32", 4096, 0), ("bfloat16", 32768, 1)} <= taken
     assert ("bfloat16", 8192, 0) not in taken  # unstaged half block rows: the FULL form spilled at 48 registers

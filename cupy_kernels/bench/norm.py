@@ -1,4 +1,4 @@
-"""layer_norm / rms_norm forward and backward (and the in-place forms) vs torch, on the issue's
+"""layer_norm / rms_norm forward and backward (and the in-place forms) vs torch, on the benchmark
 shapes and rows that are not whole 16-byte packs (ODD_SHAPES: shifted rows and tiles).
 Bytes: forward reads x and writes y once; backward reads x (or y) and dy and writes dx once
 (weight, bias, dweight, dbias and the row statistics are under 0.1% and not counted)."""
