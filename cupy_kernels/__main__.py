@@ -9,34 +9,36 @@ ARCHS = ("sm_80", "sm_90")
 # Spills we accept, with the most bytes allowed: (file, arch, kernel) -> bytes.
 # - norm_bwd's two-pack half-type form (PACKS = 2) keeps dweight / dbias accumulators in local memory
 #   (L1): measured faster than the spill-free one-pack form on the long rows the host gives it
-#   (norm.TWO_PACK_FROM; benchmarks/notes.md). Every other half-type row takes the spill-free form.
+#   (norm.TUNING.two_pack_from). Every other half-type row takes the spill-free form.
 # - The others keep one value of the row loop in local memory: a store before the loop and one load per
-#   row (~1% of the loop's instructions): norm_bwd<float, 0, *> on sm_80 only, softmax_bwd<float, *,
+#   row (~1% of the loop's instructions): norm_bwd<float, LAYER, *> on sm_80 only, softmax_bwd<float, *,
 #   false> 8 bytes (sm_90 under NVRTC 13.0, the GPU machine's; sm_80 since its rows loop by whole warps,
 #   measured 1-2% faster on sm_90), and the wide half softmax backward (softmax_bwd<half type, 0, true, 4>)
 #   8-16 bytes on sm_90.
+_NORM_HALF = ("half", "bfloat16")
+_NORM_SOURCES = ("FROM_X", "FROM_Y")
 KNOWN_SPILLS = {
-    **{("norm.cu", a, f"norm_bwd<{t}, {m}, {f}, false, 2>"): 832 if m == 0 else 160
-       for a in ARCHS for t in ("half", "bfloat16") for m in (0, 1) for f in (0, 1)},
-    **{("norm.cu", a, f"norm_bwd<{t}, 0, {f}, false, 2, false>"): 256  # the same without dbias sums
-       for a in ARCHS for t in ("half", "bfloat16") for f in (0, 1)},
-    **{("norm.cu", "sm_80", f"norm_bwd<float, 0, {f}, false, 2>"): 32 for f in (0, 1)},
+    **{("norm_bwd.cu", a, f"norm_bwd<{t}, {m}, {f}, 2, ANY_GROUP, PLAIN>"): 832 if m == "LAYER" else 160
+       for a in ARCHS for t in _NORM_HALF for m in ("LAYER", "RMS") for f in _NORM_SOURCES},
+    **{("norm_bwd.cu", a, f"norm_bwd<{t}, LAYER, {f}, 2, ANY_GROUP, NO_DBIAS>"): 256  # the same without dbias sums
+       for a in ARCHS for t in _NORM_HALF for f in _NORM_SOURCES},
+    **{("norm_bwd.cu", "sm_80", f"norm_bwd<float, LAYER, {f}, 2, ANY_GROUP, PLAIN>"): 32 for f in _NORM_SOURCES},
     **{("softmax.cu", a, f"softmax_bwd<float, {m}, false, 4>"): 8 for a in ARCHS for m in (0, 1)},
     **{("softmax.cu", "sm_90", f"softmax_bwd<{t}, 0, true, 4>"): 16 for t in ("half", "bfloat16")},
     # norm_bwd_shared's FULL one-CTA layer rows: 4-12 bytes around the row's reduction, yet 32768x1024 f16 layer
-    # bwd 65.9 -> 59.9 us against the run-time form (benchmarks/notes.md, issue 4 session 9)
-    **{("norm.cu", a, f"norm_bwd_shared<{t}, 0, {f}, 1, {st}, true>"): 24
-       for a in ARCHS for t in ("half", "bfloat16") for f in (0, 1) for st in ("false", "true")},
-    # shifted rows (session 25): the half layer backward from the output (the in-place layer_norm_'s; bench equal to
-    # from x at 167772x100, 5% slower at 16760x1001), a float16 group of one from x, the run-time-group forward
-    **{("norm.cu", a, f"norm_bwd<{t}, 0, 1, {st}, 1, true, {g}, false, true>"): 200
-       for a in ARCHS for t in ("half", "bfloat16") for st, g in (("true", 0),) + tuple(("false", g) for g in
-                                                                                       (0, 1, 2, 4, 8, 16, 32))},
-    **{("norm.cu", a, "norm_bwd<half, 0, 0, false, 1, true, 1, false, true>"): 24 for a in ARCHS},
-    # float16's staged shifted block rows, 8-52 bytes (bfloat16's spill-free form: 4095x4097 bwd 108 -> 93 us staged)
-    **{("norm.cu", a, f"norm_bwd<half, {m}, {f}, true, 1, true, 0, false, true>"): 64
-       for a in ARCHS for m in (0, 1) for f in (0, 1) if (m, f) != (0, 1)},  # (that one: above)
-    **{("norm.cu", a, f"norm_fwd<{t}, 0, false, 0, false, true>"): 16 for a in ARCHS for t in ("half", "bfloat16")},
+    # bwd 65.9 -> 59.9 us against the run-time form (H200)
+    **{("norm_bwd_cluster.cu", a, f"norm_bwd_shared<{t}, LAYER, {f}, 1, {st}FULL_PACKS>"): 24
+       for a in ARCHS for t in _NORM_HALF for f in _NORM_SOURCES for st in ("", "STAGED | ")},
+    # shifted rows: the half layer backward from the output (the in-place layer_norm_'s; bench equal to from x at
+    # 167772x100, 5% slower at 16760x1001), float16's staged block rows (8-52 bytes; bfloat16's spill-free form:
+    # 4095x4097 bwd 108 -> 93 us staged), the run-time-group half layer forward
+    **{("norm_bwd.cu", a, f"norm_bwd<{t}, LAYER, FROM_Y, 1, {g}, SHIFTED>"): 200
+       for a in ARCHS for t in _NORM_HALF for g in ("ANY_GROUP", 2, 4, 8, 16, 32)},
+    **{("norm_bwd.cu", a, f"norm_bwd<{t}, LAYER, FROM_Y, 1, ANY_GROUP, STAGED | SHIFTED>"): 200
+       for a in ARCHS for t in _NORM_HALF},
+    **{("norm_bwd.cu", a, f"norm_bwd<half, {m}, {f}, 1, ANY_GROUP, STAGED | SHIFTED>"): 64
+       for a in ARCHS for m in ("LAYER", "RMS") for f in _NORM_SOURCES if (m, f) != ("LAYER", "FROM_Y")},
+    **{("norm_fwd.cu", a, f"norm_fwd<{t}, LAYER, ANY_GROUP, SHIFTED>"): 16 for a in ARCHS for t in _NORM_HALF},
 }
 
 

@@ -1,8 +1,8 @@
 """torch.nn modules over the kernels: drop-in LayerNorm / RMSNorm with an `inplace` flag.
 
 With inplace=True the module normalises its input in place (no output allocation; autograd still
-works, recomputing the normalised input from the output: weight entries must not be exactly zero and
-the input must not be a leaf that requires grad). Importing this module imports torch."""
+works, recomputing the normalised input from the output: a weight entry of exactly zero gives NaN gradients in
+its column, and the input must not be a leaf that requires grad). Importing this module imports torch."""
 from __future__ import annotations
 
 import math
@@ -11,6 +11,7 @@ import numbers
 import torch
 
 from . import torch_ops
+from .ops import norm as _norm
 
 
 def _shape(normalized_shape):
@@ -44,15 +45,25 @@ class _Norm(torch.nn.Module):
             torch.nn.init.zeros_(self.bias)
 
     def _rows(self, x):
-        """x as (..., n) over the normalised dims (a view), and the flat weight / bias in x's dtype."""
-        k = len(self.normalized_shape)
-        if tuple(x.shape[x.dim() - k:]) != self.normalized_shape or x.dim() < k:
-            raise ValueError(f"{type(self).__name__}: expected input with trailing shape {self.normalized_shape}; "
+        """x as (..., n) over the normalised dims (x itself for one dim), and the flat weight / bias in x's dtype
+        (the parameters themselves where they are that already: nothing made per call)."""
+        shape = self.normalized_shape
+        if x.shape[-len(shape):] != shape or x.dim() < len(shape):
+            raise ValueError(f"{type(self).__name__}: expected input with trailing shape {shape}; "
                              f"got {tuple(x.shape)}")
-        n = math.prod(self.normalized_shape)
-        x2 = x if k == 1 else x.reshape(*x.shape[: x.dim() - k], n)
-        flat = [None if p is None else p.reshape(n).to(x.dtype) for p in (self.weight, self.bias)]
-        return x2, flat[0], flat[1]
+        w, b = self.weight, self.bias
+        if len(shape) > 1:
+            if self.inplace:
+                _norm.check_inplace(f"{type(self).__name__}(inplace=True)", x)  # (a reshape would copy)
+            n = math.prod(shape)
+            x = x.reshape(*x.shape[: x.dim() - len(shape)], n)
+            w = None if w is None else w.reshape(n)
+            b = None if b is None else b.reshape(n)
+        if w is not None and w.dtype != x.dtype:
+            w = w.to(x.dtype)
+        if b is not None and b.dtype != x.dtype:
+            b = b.to(x.dtype)
+        return x, w, b
 
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
@@ -71,7 +82,8 @@ class LayerNorm(_Norm):
         if self.inplace:
             torch_ops.layer_norm_(x2, w, b, self.eps)
             return x
-        return torch_ops.layer_norm(x2, w, b, self.eps).reshape(x.shape)
+        y = torch_ops.layer_norm(x2, w, b, self.eps)
+        return y if x2 is x else y.reshape(x.shape)
 
 
 class RMSNorm(_Norm):
@@ -88,7 +100,8 @@ class RMSNorm(_Norm):
         if self.inplace:
             torch_ops.rms_norm_(x2, w, eps)
             return x
-        return torch_ops.rms_norm(x2, w, eps).reshape(x.shape)
+        y = torch_ops.rms_norm(x2, w, eps)
+        return y if x2 is x else y.reshape(x.shape)
 
 
 class InplaceLinear(torch.nn.Module):

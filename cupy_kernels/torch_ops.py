@@ -268,25 +268,28 @@ def softmax_(x, axis=-1):
 
 
 # ---- layer_norm, rms_norm and their in-place forms (ops/norm.py) -------------------------------
+# Eager calls run the kernels directly, under autograd through _Norm / _NormInplace (autograd.Functions whose
+# forward and backward call the impls); traced calls (torch.compile, fake tensors, modes) see the custom ops
+# cupy_kernels::norm, ::norm_backward, ::norm_inplace, whose autograd is the same. No custom op returns a tensor that
+# aliases an input or another of its outputs (placeholders for absent gradients are fresh empty tensors).
+
+
+def _norm_mode(rms: bool) -> str:
+    return "rms_norm" if rms else "layer_norm"
 
 
 def _stat_dtype(x):
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def _opt_contig(t):
-    return None if t is None else t.contiguous()
+def _wants_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 @torch.library.custom_op("cupy_kernels::norm", mutates_args=())
 def _norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
              rms: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _norm_fwd(x, weight, bias, eps, rms)
-
-
-def _norm_fwd(x, weight, bias, eps, rms):
-    y, mean, rstd = _norm.norm_forward_impl(x.contiguous(), _opt_contig(weight), _opt_contig(bias), eps,
-                                            "rms_norm" if rms else "layer_norm")
+    y, mean, rstd = _norm.norm_forward_impl(x, weight, bias, eps, _norm_mode(rms))
     return y, (rstd.new_empty(0) if mean is None else mean), rstd
 
 
@@ -301,11 +304,9 @@ def _(x, weight, bias, eps, rms):
 def _norm_bwd_op(dy: torch.Tensor, src: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                  mean: Optional[torch.Tensor], rstd: torch.Tensor, rms: bool, from_output: bool, need_dw: bool,
                  need_db: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dx, dw, db = _norm.norm_backward_impl(dy.contiguous(), src.contiguous(), _opt_contig(weight), _opt_contig(bias),
-                                          None if rms else mean, rstd, "rms_norm" if rms else "layer_norm",
+    dx, dw, db = _norm.norm_backward_impl(dy, src, weight, bias, None if rms else mean, rstd, _norm_mode(rms),
                                           from_output, need_dw, need_db)
-    empty = dx.new_empty(0)
-    return dx, empty if dw is None else dw, empty if db is None else db
+    return dx, dx.new_empty(0) if dw is None else dw, dx.new_empty(0) if db is None else db
 
 
 @_norm_bwd_op.register_fake
@@ -317,6 +318,19 @@ def _(dy, src, weight, bias, mean, rstd, rms, from_output, need_dw, need_db):
             grad_of(bias, need_db and not rms))
 
 
+def _norm_grads(ctx, dy, src, weight, bias, mean, rstd, from_output):
+    """(dx, dweight, dbias) for the inputs that need them (None for the others): the kernels directly in eager
+    backward, else (traced, or a graph of the backward being built) the custom op."""
+    need = ctx.needs_input_grad
+    args = (dy, src, weight, bias, None if ctx.rms else mean, rstd)
+    if untraced(*args) and not torch.is_grad_enabled():
+        dx, dw, db = _norm.norm_backward_impl(*args, _norm_mode(ctx.rms), from_output, bool(need[1]), bool(need[2]))
+    else:
+        dx, dw, db = _norm_bwd_op(*args, ctx.rms, from_output, bool(need[1]), bool(need[2]))
+    return (dx if need[0] else None, dw if weight is not None and need[1] else None,
+            db if bias is not None and need[2] else None, None, None)
+
+
 def _norm_setup(ctx, inputs, output):
     x, weight, bias, eps, rms = inputs
     ctx.rms = rms
@@ -324,23 +338,31 @@ def _norm_setup(ctx, inputs, output):
 
 
 def _norm_backward(ctx, dy, _dmean, _drstd):
-    x, weight, bias, mean, rstd = ctx.saved_tensors
-    need = ctx.needs_input_grad
-    dx, dw, db = _norm_bwd_op(dy, x, weight, bias, None if ctx.rms else mean, rstd, ctx.rms, False,
-                              bool(need[1]), bool(need[2]))
-    return (dx, dw if weight is not None and need[1] else None, db if bias is not None and need[2] else None,
-            None, None)
+    return _norm_grads(ctx, dy, *ctx.saved_tensors, False)
 
 
 _norm_op.register_autograd(_norm_backward, setup_context=_norm_setup)
 
 
+class _Norm(torch.autograd.Function):
+    """Eager layer_norm / rms_norm under autograd: the backward needs x, the affine and the saved statistics."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, rms):
+        y, mean, rstd = _norm.norm_forward_impl(x, weight, bias, eps, _norm_mode(rms))
+        ctx.rms = rms
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _norm_grads(ctx, dy, *ctx.saved_tensors, False)
+
+
 @torch.library.custom_op("cupy_kernels::norm_inplace", mutates_args=("x",))
 def _norm_inplace_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
                      rms: bool) -> torch.Tensor:
-    _, _, rstd = _norm.norm_forward_impl(x, _opt_contig(weight), _opt_contig(bias), eps,
-                                         "rms_norm" if rms else "layer_norm", inplace=True)
-    return rstd
+    return _norm.norm_forward_impl(x, weight, bias, eps, _norm_mode(rms), inplace=True)[2]
 
 
 @_norm_inplace_op.register_fake
@@ -349,12 +371,16 @@ def _(x, weight, bias, eps, rms):
 
 
 class _NormInplace(torch.autograd.Function):
-    """layer_norm_ / rms_norm_ under autograd: the backward recomputes the normalised input from the
-    output (x after the call), weight and bias, with the saved rstd (Apex's memory-efficient form)."""
+    """layer_norm_ / rms_norm_ under autograd: the backward recomputes the normalised input from the output (x after
+    the call), weight and bias, with the saved rstd (Apex's memory-efficient form). A weight entry of exactly zero
+    leaves that column's x-hat unknown: dx and dweight are NaN there (no check, no device sync)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps, rms):
-        rstd = _norm_inplace_op(x, weight, bias, eps, rms)
+        if untraced(x, weight, bias):
+            rstd = _norm.norm_forward_impl(x, weight, bias, eps, _norm_mode(rms), inplace=True)[2]
+        else:
+            rstd = _norm_inplace_op(x, weight, bias, eps, rms)
         ctx.mark_dirty(x)
         ctx.rms = rms
         ctx.save_for_backward(x, weight, bias, rstd)
@@ -363,16 +389,16 @@ class _NormInplace(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         y, weight, bias, rstd = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        dx, dw, db = _norm_bwd_op(dy, y, weight, bias, None, rstd, ctx.rms, True, bool(need[1]), bool(need[2]))
-        return (dx, dw if weight is not None and need[1] else None, db if bias is not None and need[2] else None,
-                None, None)
+        return _norm_grads(ctx, dy, y, weight, bias, None, rstd, True)
 
 
 def _norm_call(x, weight, bias, eps, rms):
-    if plain_eager(x, weight, bias):
-        return _norm_fwd(x, weight, bias, float(eps), rms)[0]
-    return _norm_op(x, weight, bias, float(eps), rms)[0]
+    eps = float(eps)
+    if untraced(x, weight, bias):
+        if _wants_grad(x, weight, bias):
+            return _Norm.apply(x, weight, bias, eps, rms)
+        return _norm.norm_forward_impl(x, weight, bias, eps, _norm_mode(rms), save_stats=False)[0]
+    return _norm_op(x, weight, bias, eps, rms)[0]
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
@@ -384,20 +410,15 @@ def rms_norm(x, weight=None, eps=1e-6):
 
 
 def _norm_inplace(op, x, weight, bias, eps, rms):
-    _norm.check_inplace(op, x)  # every check before anything is written
+    _norm.check_inplace(op, x)  # every check before anything is written (the rest: in the impl, before it launches)
     _check_leaf(op, x)
-    grad = torch.is_grad_enabled() and (x.requires_grad or any(p is not None and p.requires_grad
-                                                               for p in (weight, bias)))
-    if not grad:
-        run_inplace(x, (x, weight, bias),
-                    lambda: _norm.norm_forward_impl(x, _opt_contig(weight), _opt_contig(bias), float(eps),
-                                                    "rms_norm" if rms else "layer_norm", inplace=True),
-                    lambda: _norm_inplace_op(x, weight, bias, float(eps), rms))
-        return x
-    if weight is not None and bool((weight == 0).any()):  # one device sync, only under autograd
-        raise ValueError(f"{op}: weight has an entry of exactly zero; the in-place backward recomputes the "
-                         "normalised input as (y - bias) / weight and cannot (use the out-of-place op)")
-    return _NormInplace.apply(x, weight, bias, float(eps), rms)
+    eps = float(eps)
+    if _wants_grad(x, weight, bias):
+        return _NormInplace.apply(x, weight, bias, eps, rms)
+    run_inplace(x, (x, weight, bias),
+                lambda: _norm.norm_forward_impl(x, weight, bias, eps, _norm_mode(rms), inplace=True, save_stats=False),
+                lambda: _norm_inplace_op(x, weight, bias, eps, rms))
+    return x
 
 
 def layer_norm_(x, weight=None, bias=None, eps=1e-5):

@@ -1,672 +1,871 @@
-"""Host side of cu_src/norm.cu: layer_norm, rms_norm, their in-place forms and backward."""
+"""Host side of the norm kernels: layer_norm, rms_norm, their in-place forms and backward.
+
+cu_src/norm_fwd.cu holds the forward; norm_bwd.cu the backward's register forms, its pipelined long rows and
+column_sum (the partial rows of dweight / dbias added up); norm_bwd_cluster.cu the backward with its column sums in
+shared memory (a CTA or an sm_90 cluster a row, and the ring). A call is planned once per (op, dtypes, shapes,
+strides, alignments, eps, device) into a Plan (`plan_forward`, `plan_backward`) and replayed after that
+(`norm_forward_impl`, `norm_backward_impl`)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from .._runtime import (CTYPES, FLOAT_DTYPES, Call, KernelSource, ceil_div, current, is_cupy, is_torch, launch,
-                        resident_blocks)
+from .._runtime import (ACC, ACC_SCALAR, CTYPES, FLOAT_DTYPES, HALF_DTYPES, ITEMSIZE, KernelSource, PlanBuilder,
+                        ceil_div, check_like, current, dtype_name, kind_of, resident_blocks, vec)
+from .._runtime.launch import alignment
 from .._runtime.tma import max_active_clusters
+from .._runtime.tuning import PlanCache
 from . import _rowwise as rw
-from ._rowwise import next_pow2
+from . import reduce as _reduce
 
-SOURCE = KernelSource("norm.cu")
-MODES = {"layer_norm": 0, "rms_norm": 1}
-# Largest blocks: norm_fwd rw.fwd_threads(dtype) (1024; float64 512), norm_bwd bwd_threads(dtype).
-VARIANTS = ("auto", "block", "scalar", "split", "exchange", "counter")
-COUNTER_EXCHANGE = {"fwd": False, "bwd": False}  # one-launch long rows: tagged words (False) or counters
+FWD = KernelSource("norm_fwd.cu")
+BWD = KernelSource("norm_bwd.cu")
+CLUSTER = KernelSource("norm_bwd_cluster.cu")
+SOURCES = (FWD, BWD, CLUSTER)
+MODES = {"layer_norm": "LAYER", "rms_norm": "RMS"}  # the NormMode names of common/norm.cuh
+SOURCE_NAMES = {False: "FROM_X", True: "FROM_Y"}    # the backward's src (NormSource)
+SHARED_DTYPES = ("float16", "bfloat16", "float32")  # norm_bwd_shared and norm_bwd_ring: float sums
+SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CTAs a row at TUNING.shared_threads (and 8 at cl8_threads)
+RING_CLUSTERS, RING_PACKS = (2, 4, 8), (1, 2, 4)
+RING_STAGES, RING_LAG = 6, 2  # norm_bwd_ring's S and LAG (their defaults in norm_bwd_cluster.cu)
+COLUMN_SUM_Y = (1, 8, 32)     # column_sum's Y instances
+# norm_bwd's instances compiled for their group (GT), by dtype: the form (PACKS) that has them. float32's two-pack
+# form (layer G 16: 1640 -> 728 SASS instructions; 65536x128 layer 33.0 -> 31.7 us, rms 31.9 -> 30.9, H200) and a
+# half type's one-pack form (32768x768 bf16 layer 72.3 -> 65.7 us, rms 64.3 -> 55.6; 131072x128 bf16 layer 39.5 ->
+# 35.4, H200). float64 keeps the run-time group.
+BWD_GROUP_PACKS = {"float32": 2, "float16": 1, "bfloat16": 1}
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The norm kernels' choices. The kernel instances are declared for these values: a probe that moves rows onto
+    forms the defaults never take (thresholds of the shared and ring forms, the staged groups) declares those
+    instances first (FWD / BWD / CLUSTER.declare with the *_name functions below)."""
+
+    # Forward rows that are not whole packs, of 1..tiled_max_n elements (x and y 16-byte aligned), through
+    # shared-memory tiles (norm_fwd_tiled; 0: never): faster than the element path at every length measured (H100, us,
+    # f32 x33 layer / rms 46.9 / 46.2 vs 71.6 / 61.8, x1 99.9 / 71.3 vs 245.2 / 190.6; bf16 x100 35.5 / 30.2 vs
+    # 45.5 / 34.9). Shifted rows are compiled for the sub-warp groups of longer rows only (SHIFTED_FWD_GROUPS).
+    tiled_max_n: int = 128
+    # Forward rows in blocks of >= stage_fwd_min_threads threads staged (the next row copied in by cp.async while this
+    # one is reduced): a block alone or nearly so on its SM overlaps rows only so (1024x32768 bf16 softmax 55.0 ->
+    # 44.0 us, H200); smaller blocks keep several rows an SM in flight already. layer_norm's long rows split over
+    # several blocks measured 2% slower staged (256x262144 float32) and are not.
+    stage_fwd: bool = True
+    stage_fwd_min_threads: int = 512
+    # float32 sub-warp forward rows of 8-thread groups (65..128 elements) staged too: 65536x128 layer 22.1 -> 21.5 us,
+    # rms 22.0 -> 20.9 (H100); groups of 16 and 32 and the half types measured equal or slower (layer 131072x256
+    # bf16 44.8 -> 48.0).
+    stage_short_fwd_groups: tuple = (8,)
+    stage_short_fwd_dtypes: tuple = ("float32",)
+    # norm_fwd_parts' FULL_PACKS instances where every part is whole (rw.full_parts): float32 layer 1208 -> 968 SASS
+    # instructions, 256x262144 f32 layer 140.2 -> 138.1 us, rms 136.6 -> 136.0 (H200).
+    full_parts: bool = True
+    # Half-type backward rows from this length take norm_bwd's two-pack register form (512-thread blocks, two an SM,
+    # accumulators spilled), shorter ones the spill-free one-pack form. H200, us, one-pack staged vs two-pack:
+    # layer 8192² bf16 191 vs 215, 1024x32768 bf16 170 vs 156; rms 8192² 161 vs 139, 1024x32768 145 vs 114.
+    # (Aligned rows of these lengths take norm_bwd_shared, norm_bwd_ring or norm_bwd_parts first.)
+    two_pack_from: int = 8193
+    # Sub-warp backward rows of these groups stage the group's next row (float32, and a half type's rms_norm; float32
+    # groups of 32 only when full: stage_short_bwd): 65536x128 f32 layer 35.5 -> 34.4 us, rms 34.4 -> 32.9;
+    # 131072x192 bf16 rms 58.6 -> 56.0 (H100); groups of 4 gain nothing, half layer rows are within 1% or slower.
+    stage_short_bwd_groups: tuple = (8, 16, 32)
+    # The shifted half backward's 1024-thread block rows (alone on their SM) stage their next row: bfloat16
+    # 4095x4097 108 -> 93 us (H100).
+    stage_shifted_bwd: bool = True
+    # The two-pack half layer_norm backward leaves dbias to a column sum of dy (reduce.cu) instead of keeping 16 more
+    # accumulators a thread in its spilling registers (256 bytes of spills instead of 832).
+    db_by_reduce: bool = True
+    # norm_bwd_shared: aligned rows from shared_from elements (float32: shared_from_float32), 2 packs of x and dy a
+    # thread in CTAs of up to shared_threads, the dweight / dbias sums in shared memory; one CTA a row, or on sm_90 a
+    # cluster of 2 or 4 (8 at cl8_threads) whose sums meet in distributed shared memory. H200, us, against the
+    # register forms: layer 8192² bf16 177.5 -> 132.9, 32768x1024 f16 76.8 -> 68.8; rms 1024x32768 110.9 -> 81.2;
+    # f32 4096²: layer 61.0 -> 56.3, rms 57.0 -> 54.9. CTAs of up to 512 threads: layer 1024x32768 100.0 -> 97.0.
+    shared_from: int = 1024
+    shared_from_float32: int = 4096
+    shared_threads: int = 512
+    # One-CTA rows in CTAs below this many threads load x and dy straight into registers (many CTAs an SM overlap rows
+    # already): 32768x1024 f16 layer 68.3 -> 65.9 us; unstaged 512-thread CTAs were slower (8192² 128.3 -> 143.3).
+    shared_stage_threads: int = 512
+    # Half rows that would take a cluster of 4 CTAs of shared_threads take 8 of cl8_threads (four an SM instead of
+    # two), loading their rows straight into registers (the staged CTA fits three an SM, 45 clusters placed instead of
+    # 62): 1024x32768 bf16 layer 86.1 -> 83.8 -> 81.1 us, rms 72.0 -> 70.5 -> 69.1 (H200).
+    cl8_threads: int = 256
+    # norm_bwd_shared's WARP_ROWS form (a warp a row, sums by shuffles, a CTA's warps' column sums folded into one
+    # partial row): aligned half rows from warps_from (float32: warps_from_float32) up to 128 * V elements, in CTAs of
+    # warps_threads. H200, us: layer 32768x1024 f16 60.9 -> 53.6, 32768x768 bf16 65.7 -> 45.6; float32 65536x512
+    # layer 107.6 -> 100.3; but 131072x256 f32 (a sub-warp group of 32) 103.9 -> 108.8.
+    warps_from: int = 512
+    warps_from_float32: int = 257
+    warps_threads: int = 256
+    # norm_bwd_ring (sm_90): aligned rows that split over a cluster of 2, 4 or 8 CTAs into ring_min_slots..
+    # ring_max_slots 16-byte packs a CTA (a multiple of 32; the fewest CTAs); a thread takes the most packs (1, 2, 4)
+    # that leave ring_min_threads threads a CTA (the ring is issue-bound). 1024x32768 bf16 layer, H100: 85.7 us (one
+    # pack) -> 80.1 (two) -> 79.6 (four); H200 81.0 -> 65.8 -> 65.2; one-CTA rows stay with norm_bwd_shared (the
+    # ring on them: 8192² bf16 rms 139.6 -> 146.7, H100). ring_packs forces a pack count (probes; 0: the rule).
+    ring_min_slots: int = 512
+    ring_max_slots: int = 1024
+    ring_min_threads: int = 256
+    ring_packs: int = 0
+    # norm_bwd_parts' blocks: two an SM at 256 threads measured 2% faster than one of 512 (256x262144 f32: layer
+    # 237.1 -> 231.6 us, rms 220.5 -> 217.6, H200).
+    parts_bwd_threads: int = 256
+    # Backward rows that are not whole packs of aligned arrays take shifted rows (norm_bwd SHIFTED) for these dtypes.
+    # H100, us, shifted vs the element path, bf16 layer / rms: 167772x100 65.4 / 58.8 vs 77.6 / 71.8, 4095x4097
+    # 108.2 / 93.2 vs 158.0 / 146.0; but float32 (one pack a thread where its element path holds two) 508400x33
+    # 141.1 / 130.4 vs 113.8 / 90.8.
+    shifted_bwd_dtypes: tuple = ("float16", "bfloat16")
+    # column_sum launched as a programmatic dependent of the partial rows' kernel on sm_90 (its blocks start as that
+    # kernel ends): 4096x4096 f32 layer backward 55.5 -> 53.6 us, 65536x128 31.9 -> 30.1 (H200).
+    column_sum_after: bool = True
+
+
+TUNING = Tuning()
+PLANS = PlanCache()
+
+
+# ---- instance names ---------------------------------------------------------------------------------------
+
+
+def _group(g: int) -> str:
+    return "ANY_GROUP" if not g else "ROW_BLOCK" if g == rw.ROW_BLOCK else str(g)
+
+
+def _form(staged=False, full=False, shifted=False, no_dbias=False, warps=False) -> str:
+    flags = [f for f, on in (("STAGED", staged), ("FULL_PACKS", full), ("SHIFTED", shifted), ("NO_DBIAS", no_dbias),
+                             ("WARP_ROWS", warps)) if on]
+    return " | ".join(flags) or "PLAIN"
+
+
+def fwd_name(dtype, mode, group=0, staged=False, full=False, shifted=False) -> str:
+    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {_group(group)}, {_form(staged, full, shifted)}>"
+
+
+def fwd_tiled_name(dtype, mode) -> str:
+    return f"norm_fwd_tiled<{CTYPES[dtype]}, {MODES[mode]}>"
+
+
+def fwd_parts_name(dtype, mode, full=False) -> str:
+    return f"norm_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {rw.TUNING.parts_packs_norm}, {_form(full=full)}>"
+
+
+def bwd_name(dtype, mode, from_output, packs, group=0, staged=False, full=False, shifted=False, no_dbias=False) -> str:
+    return (f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {SOURCE_NAMES[bool(from_output)]}, {packs}, {_group(group)}, "
+            f"{_form(staged, full, shifted, no_dbias)}>")
+
+
+def bwd_parts_name(dtype, mode, from_output) -> str:
+    return f"norm_bwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {SOURCE_NAMES[bool(from_output)]}>"
+
+
+def shared_name(dtype, mode, from_output, cl, staged=True, full=False, warps=False) -> str:
+    return (f"norm_bwd_shared<{CTYPES[dtype]}, {MODES[mode]}, {SOURCE_NAMES[bool(from_output)]}, {cl}, "
+            f"{_form(staged, full, warps=warps)}>")
+
+
+def ring_name(dtype, mode, from_output, cl, packs) -> str:
+    return f"norm_bwd_ring<{CTYPES[dtype]}, {MODES[mode]}, {SOURCE_NAMES[bool(from_output)]}, {cl}, {packs}>"
+
+
+def colsum_name(dtype, cw=1, ys=32, tw=32) -> str:
+    return f"column_sum<{CTYPES[dtype]}, {cw}, {ys}{'' if tw == 32 else f', {tw}'}>"
+
+
+# ---- launch geometry of the kernels' forms ------------------------------------------------------------------
 
 
 def fwd_threads(dtype: str, n: int | None = None) -> int:
     return rw.fwd_threads(dtype, n)
 
 
-# Half-type backward rows from these lengths take the two-pack form of norm_bwd (512-thread blocks, two
-# per SM; it spills accumulators), shorter ones the spill-free one-pack form (1024-thread blocks). Measured
-# (H200, us, one-pack staged vs two-pack): layer 8192² bf16 191 vs 215, 1024x32768 bf16 170 vs 156; rms
-# 8192² 161 vs 139 (pipelined one-pack: 133-138), 1024x32768 145 vs 114; 32768x1024 fp16 layer 79 vs 118,
-# rms 69 vs 69.
-TWO_PACK_FROM = {"layer_norm": 8193, "rms_norm": 8193}
-
-
-def bwd_packs(dtype: str, mode: str, n: int) -> int:
-    """Packs of each of x and dy per thread in norm_bwd (its PACKS): 2 for float32 / float64 (8 / 4
-    elements), for a half type 1 (8 elements) or, on rows of TWO_PACK_FROM[mode] or more, 2."""
-    if rw.ITEMSIZE[dtype] != 2:
-        return 2
-    return 2 if n >= TWO_PACK_FROM[mode] else 1
-
-
-def bwd_threads(dtype: str, packs: int = 1) -> int:
-    """NormBwdThreads in norm.cu: 1024 for a half type's one-pack form (an 8192-element row in one block),
-    512 for its two-pack form and float32 (two resident per SM at 64 registers), 256 for float64."""
-    if dtype == "float64":
-        return 256
-    return 1024 if rw.ITEMSIZE[dtype] == 2 and packs == 1 else 512
-
-
-def bwd_maxp(dtype: str, packs: int = 1) -> int:
-    """The packs a launch of that form plans with: `packs` for a half type, 2 otherwise."""
-    return packs if rw.ITEMSIZE[dtype] == 2 else 2
-
-
-def bwd_smem(dtype: str, threads: int, group: int | None = None, packs: int = 1) -> int:
-    """Dynamic shared memory of norm_bwd: where a block holds several groups (group < threads), one
-    accumulator slot per thread per column element, to sum the groups' dweight / dbias partials in
-    order; none for a block of one group."""
-    if group is not None and group >= threads:
-        return 0
-    return threads * bwd_maxp(dtype, packs) * rw.vec(dtype) * rw.ITEMSIZE[rw.ACC[dtype]]
-
-
 def fwd_maxp(dtype: str) -> int:
     return rw.fwd_maxp(dtype)
 
 
+def bwd_packs(dtype: str, n: int) -> int:
+    """Packs of each of x and dy per thread in norm_bwd (its PACKS): 2 for float32 / float64 (8 / 4 elements), for a
+    half type 1 (8 elements) or, on rows of TUNING.two_pack_from or more, 2."""
+    if ITEMSIZE[dtype] != 2:
+        return 2
+    return 2 if n >= TUNING.two_pack_from else 1
+
+
+def bwd_threads(dtype: str, packs: int = 1) -> int:
+    """NormBwdThreads in norm_bwd.cu: 1024 for a half type's one-pack form (an 8192-element row in one block), 512 for
+    its two-pack form and float32 (two resident an SM at 64 registers), 256 for float64."""
+    if dtype == "float64":
+        return 256
+    return 1024 if ITEMSIZE[dtype] == 2 and packs == 1 else 512
+
+
+def bwd_maxp(dtype: str, packs: int = 1) -> int:
+    """The packs a launch of that form plans with: `packs` for a half type, 2 otherwise."""
+    return packs if ITEMSIZE[dtype] == 2 else 2
+
+
 def bwd_min_blocks(dtype: str, packs: int = 1) -> int:
-    """Resident norm_bwd blocks per SM guaranteed at its largest block (NormBwdMinBlocks: 1 for a half
-    type's 1024-thread one-pack form, else 2); the persistent grid uses the occupancy calculator's
-    figure, this only when that cannot be asked."""
+    """Resident norm_bwd blocks an SM its __launch_bounds__ guarantee (NormBwdMinBlocks: 1 for a half type's
+    1024-thread one-pack form, else 2); planning asks the occupancy calculator, this only when it cannot."""
     return 1 if bwd_threads(dtype, packs) == 1024 else 2
 
 
-STAGE_FWD = {"on": True}  # rows of >= 512-thread blocks staged in shared memory (rw.stage_fwd); a probe switch
-# Short forward rows that are not whole packs (1 <= n <= max_n) through shared-memory tiles (norm_fwd_tiled, as
-# softmax's TILED); a probe switch.
-TILED_FWD = {"on": True, "max_n": 128}
-FULL_PARTS = {"on": True}  # norm_fwd_parts' FULL instances where every part is whole (rw.full_parts); a probe switch
-STAGE_BWD = {"on": True}  # half-type rows of 1024-thread backward blocks staged likewise; a probe switch
-# float32 sub-warp forward rows of 8-thread groups (65..128 elements) staged too: H100, same process
-# (`benchmarks/runs/issue4-session23/06-*`), 65536x128 layer 22.1 -> 21.5 us, rms 22.0 -> 20.9; groups of 16 and 32
-# and the half types measured equal or slower (layer 131072x256 bf16 44.8 -> 48.0). A probe switch.
-STAGE_SHORT_FWD = {"on": True, "groups": (8,), "dtypes": ("float32",)}
-
-
-def _fwd(dtype, mode, stage=0, group=0, full=False, shift=False):
-    tail = f", {group}, false, true" if shift else rw.group_token(group, full)
-    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {rw.stage_token(stage)}{tail}>"
-
-
-def _fwd_tiled(dtype, mode):
-    return f"norm_fwd_tiled<{CTYPES[dtype]}, {MODES[mode]}>"
-
-
-def _parts(dtype, mode, full=False):
-    return f"norm_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {rw.TUNING.parts_packs_norm}{', true' if full else ''}>"
-
-
-def _bwd(dtype, mode, from_output, stage=False, packs=2, db=True, group=0, full=False, shift=False):
-    st = "true" if stage else "false"
-    tail = (f", true, {group}, false, true" if shift else
-            f", {'true' if db else 'false'}{rw.group_token(group, full)}" if group else "" if db else ", false")
-    return f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {st}, {packs}{tail}>"
-
-
-# Backward rows of one segment take norm_bwd instances compiled for their group (GT, as the forward's
-# rw.short_group) where the type's form has them: float32's two-pack form (1640 -> 728 SASS instructions, layer
-# G 16), a half type's one-pack form (rows below 1024, where norm_bwd_shared starts). dtype -> PACKS.
-SHORT_BWD = {"float32": 2, "float16": 1, "bfloat16": 1}
-# Sub-warp backward rows with the group's next row staged in shared memory (cp.async) while this one is reduced
-# and written (STAGE instances of SHORT_BWD's forms). A probe switch.
-STAGE_SHORT_BWD = {"on": True}
+def bwd_smem(dtype: str, threads: int, group: int | None = None, packs: int = 1) -> int:
+    """Dynamic shared memory of norm_bwd: where a block holds several groups (group < threads), one accumulator slot
+    a thread a column element, to sum the groups' dweight / dbias partials in order; none for a block of one group."""
+    if group is not None and group >= threads:
+        return 0
+    return threads * bwd_maxp(dtype, packs) * vec(dtype) * ITEMSIZE[ACC[dtype]]
 
 
 def stage_short_bwd(dtype: str, mode: str, group: int, full: bool) -> bool:
-    """Whether sub-warp rows of `group` threads take the staged instance. Measured on the H100 (same process,
-    `benchmarks/runs/issue4-session23/03-*`, `04-*`): groups of 8 to 32 gain 2-5% (65536x128 f32 layer 35.5 -> 34.4 us,
-    rms 34.4 -> 32.9; 131072x192 bf16 rms 58.6 -> 56.0), groups of 4 do not (262144x32 f32); a half type's layer_norm
-    is within 1% or slower (131072x256 bf16 69.7 -> 76.5), and so is float32's 32-thread run-time form (65536x200,
-    whose from-output instance also spills)."""
-    return (STAGE_SHORT_BWD["on"] and group in (8, 16, 32) and (dtype == "float32" or mode == "rms_norm")
+    """Whether sub-warp backward rows of `group` threads take the staged instance (TUNING.stage_short_bwd_groups):
+    float32 and a half type's rms_norm (a half layer_norm was within 1% or slower: 131072x256 bf16 69.7 -> 76.5 us),
+    float32 groups of 32 only when full (its run-time-length form from the output also spilled: 65536x200)."""
+    return (group in TUNING.stage_short_bwd_groups and (dtype == "float32" or mode == "rms_norm")
             and (full or group < 32 or dtype != "float32"))
 
 
-# The two-pack half layer_norm backward leaves dbias to a column sum of dy (reduce.cu) rather than keep
-# 16 more accumulators per thread in its already spilling registers. A switch for the ladder and tests.
-DB_BY_REDUCE = {"on": True}
-
-
-# The staged one-pack backward with one block per row takes norm_bwd_pipelined: two rows in flight, the next
-# row's reduction overlapping this row's dx (a 1024-thread block is alone on its SM). A ladder switch.
-PIPELINE_BWD = {"on": True}
-
-
-def _pipelined(dtype, mode, from_output):
-    return f"norm_bwd_pipelined<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}>"
-
-
-# Aligned backward rows of a type in SHARED_BWD["dtypes"] from SHARED_BWD["from"] elements (float32: from
-# "from_float32") take norm_bwd_shared: 2 packs of x and dy a thread (CTAs of up to SHARED_BWD["threads"]),
-# the dweight / dbias column sums in shared memory rather than registers, one CTA per row, or on compute
-# capability 9.0 a cluster of 2, 4 (or 8: cl8_threads below) CTAs whose sums meet in distributed shared memory
-# (up to 4 * 2 * 16 / itemsize * threads elements); longer rows keep the register forms.
-# Measured against the register forms (H200, us, 1024-thread CTAs): layer 8192² bf16 177.5 -> 132.9,
-# 1024x32768 145.0 -> 107.8, 32768x1024 f16 76.8 -> 68.8; rms 118.8 -> 111.5, 110.9 -> 81.2, 68.1 -> 58.8;
-# CTAs of up to 512 threads (clusters of 4 at 32768): layer 1024x32768 100.0 -> 97.0, rms 83.0 -> 76.3;
-# float32 4096²: layer 61.0 -> 56.3, rms 57.0 -> 54.9 (benchmarks/notes.md). One-CTA rows in CTAs of fewer than
-# "stage_threads" load x and dy straight into registers rather than staging the next row (many CTAs an SM
-# already overlap rows; less shared memory, more CTAs): 32768x1024 f16 layer 68.1 -> 66.2 us, rms 58.7 -> 58.2.
-# Rows that fill every CTA's 2 packs a thread exactly (1024 / 8192 / 32768 half, 4096 / 16384 float32: every
-# issue shape) take the FULL instances, with no pack count or bounds test at run time: the loop body of the
-# layer bfloat16 cluster of 4 went from 688 to 490 instructions.
-# Aligned half-type rows from SHARED_BWD["warps_from"] up to 128 * V elements (float32: "warps_from_float32") take
-# the WARPS form: each warp its own rows (up to 4 packs a lane, sums by shuffles alone), staged, in CTAs of
-# "warps_threads" that fold their warps' column sums into one partial row at the end (32768x1024: 264 partial rows
-# instead of 2112 from 64-thread CTAs).
-# Measured against the forms before it (H200, us, with column_sum launched after_previous; staged / unstaged at
-# 256 threads): layer 32768x1024 f16 60.9 -> 53.6 / 54.0, 32768x768 bf16 65.7 -> 45.6 / 47.3, 65536x512 f16
-# 69.4 -> 60.3 / 62.3; rms 55.5 -> 52.6, 56.3 -> 41.8, 61.6 -> 56.7 (CTAs of 512 threads within 1-3%). float32 rows
-# from "warps_from_float32" to 512 too (were norm_bwd's one-row blocks of 64 threads): 65536x512 layer 107.6 -> 100.3,
-# 65536x384 83.9 -> 76.8; rms 106.7 -> 99.2, 82.0 -> 76.4; but 131072x256 (a sub-warp group of 32) 103.9 -> 108.8.
-# Half-type rows that would take a cluster of 4 CTAs of "threads" take 8 CTAs of "cl8_threads" (four an SM
-# instead of two): 1024x32768 bf16 layer 86.1 -> 83.8 us, rms 72.0 -> 70.5; but one-CTA rows in 256-thread CTAs
-# (clusters of 2) were slower (8192² bf16 layer 118.6 -> 140.3 us, 4096² f32 53.7 -> 56.2).
-# Clusters of 8 load their rows straight into registers ("stage_cl8" off): layer_norm's staged CTA (56 KB of
-# dynamic shared memory) fits three an SM, and the GPCs then place 45 clusters (2.7 CTAs an SM, unevenly); unstaged
-# (40 KB) four, 62 clusters: 1024x32768 bf16 layer 84.0 -> 81.1 us, rms (62 either way) 70.1 -> 69.1.
-# The switches are for the ladder, the probes and the tests.
-SHARED_BWD = {"on": True, "from": 1024, "from_float32": 4096, "threads": 512, "stage_threads": 512,
-              "dtypes": ("float16", "bfloat16", "float32"), "full": True, "warps_from": 512, "warps_from_float32": 257,
-              "warps_threads": 256, "cl8_threads": 256, "stage_cl8": False}
-SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CL instances at SHARED_BWD["threads"] (and CL 8: cl8_threads)
-
-
-def _shared(dtype, mode, from_output, cl, stage=True, full=False, warps=False):
-    tail = (f", {str(stage).lower()}, {str(full).lower()}, true" if warps else
-            f", {str(stage).lower()}, true" if full else "" if stage else ", false")
-    return f"norm_bwd_shared<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}{tail}>"
-
-
 def shared_plan(n: int, dtype: str, mode: str, cc: int):
-    """(cluster CTAs, threads, packs, chunk, dynamic shared bytes, staged, full, warps) of norm_bwd_shared for
+    """(cluster CTAs, threads, packs, chunk, dynamic shared bytes, staged, full, warps) of norm_bwd_shared for aligned
     rows of n elements, or None where it does not apply (another type, too short, or too long for this device)."""
-    if dtype not in SHARED_BWD["dtypes"]:
+    T = TUNING
+    if dtype not in SHARED_DTYPES:
         return None
-    V = rw.vec(dtype)
-    sums = (2 if mode == "layer_norm" else 1) * V // 4  # dweight (and dbias) float4 slots a pack per thread
+    V = vec(dtype)
+    sums = (2 if mode == "layer_norm" else 1) * V // 4  # dweight (and dbias) float4 slots a pack a thread
 
     def smem(packs, threads, stage):  # the sums, the weight's packs, the next row's x and dy
         return (sums + 1 + 2 * stage) * packs * threads * 16
 
-    if SHARED_BWD["warps_from" if rw.ITEMSIZE[dtype] == 2 else "warps_from_float32"] <= n <= 128 * V:  # WARPS
-        threads, packs = SHARED_BWD["warps_threads"], ceil_div(ceil_div(n, V), 32)
+    if (T.warps_from if ITEMSIZE[dtype] == 2 else T.warps_from_float32) <= n <= 128 * V:  # WARP_ROWS
+        threads, packs = T.warps_threads, ceil_div(ceil_div(n, V), 32)
         return 1, threads, packs, n, smem(packs, threads, True), True, n == 128 * V, True
-    cap = SHARED_BWD["threads"]
-    cl = next_pow2(ceil_div(n, cap * 2 * V))
-    if cl == 4 and rw.ITEMSIZE[dtype] == 2 and (t8 := SHARED_BWD["cl8_threads"]) and n <= 8 * t8 * 2 * V:
-        cap, cl = t8, 8
-    start = SHARED_BWD["from_float32" if dtype == "float32" else "from"]
-    if n < start or (cl not in SHARED_CLUSTERS and cap == SHARED_BWD["threads"]) or (cl > 1 and cc < 90):
+    cap = T.shared_threads
+    cl = rw.next_pow2(ceil_div(n, cap * 2 * V))
+    if cl == 4 and ITEMSIZE[dtype] == 2 and T.cl8_threads and n <= 8 * T.cl8_threads * 2 * V:
+        cap, cl = T.cl8_threads, 8
+    start = T.shared_from_float32 if dtype == "float32" else T.shared_from
+    if n < start or (cl not in SHARED_CLUSTERS and cap == T.shared_threads) or (cl > 1 and cc < 90):
         return None
     chunk = ceil_div(ceil_div(n, cl), V) * V
     P = chunk // V
     threads = min(cap, ceil_div(ceil_div(P, 2), 32) * 32)
     packs = ceil_div(P, threads)
-    # one-CTA rows in CTAs below "stage_threads", and clusters of 8 unless "stage_cl8": rows straight into registers
-    stage = (cl > 1 and (cl < 8 or SHARED_BWD["stage_cl8"])) or threads >= SHARED_BWD["stage_threads"]
-    full = SHARED_BWD["full"] and packs == 2 and chunk == 2 * V * threads and cl * chunk == n
+    stage = (1 < cl < 8) or threads >= T.shared_stage_threads  # clusters of 8: straight into registers
+    full = packs == 2 and chunk == 2 * V * threads and cl * chunk == n
     return cl, threads, packs, chunk, smem(packs, threads, stage), stage, full, False
 
 
-# Aligned rows that split over a cluster of 2, 4 or 8 CTAs into RING_BWD["min_slots"]-["max_slots"] 16-byte packs a
-# CTA (a multiple of 32; the fewest CTAs) take norm_bwd_ring on compute capability 9.0: the rows streamed through a
-# ring of shared-memory stages by bulk copies, each CTA's row sums sent to its peers by st.async and awaited `lag` rows
-# later, RING_BWD["form"] = (stages, lag). A thread takes the most packs (RING_PACKS) that leave at least
-# RING_BWD["min_threads"] threads a CTA: the ring is issue-bound, and the per-row work of a warp (reductions, waits,
-# addressing) spreads over more elements. Measured (us, layer / rms from x; benchmarks/notes.md, issue 4, session
-# 19), H100: 1024x32768 bf16 85.7 (one pack, session 18) -> 82.6 (32-bit row counters) -> 80.1 (two
-# packs) -> 79.6 (four) / 80.3 -> 78.3 -> 76.2 -> 75.2; H200: 81.0 -> 71.1 -> 65.8 -> 65.2 / 71.9 -> 64.3 -> 60.5 ->
-# 60.8; 4096x24576 bf16 (768 packs a CTA), H200: 187.2 (one) -> 174.4 (two) vs 182.5 (four: 192 threads). One-CTA
-# rows stay with norm_bwd_shared (the ring on them: 8192² bf16 rms 139.6 -> 146.7, 4096² f32 70.2 -> 72.6, H100,
-# session 18); clusters of 8 at 32768 were slower (H200 66.7 / 63.2 us with two packs), and so were three stages
-# with a lag of 1 (two CTAs an SM: ~100 us). RING_BWD["packs"] forces a count (the probes).
-RING_BWD = {"on": True, "form": (6, 2), "packs": None, "min_slots": 512, "max_slots": 1024, "min_threads": 256,
-            "dtypes": ("float16", "bfloat16", "float32")}
-RING_CLUSTERS, RING_FORMS, RING_PACKS = (2, 4, 8), ((6, 2),), (1, 2, 4)
-
-
-def _ring(dtype, mode, from_output, cl, form, packs):
-    return (f"norm_bwd_ring<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}, {cl}, {form[0]}, {form[1]}, "
-            f"{packs}>")
-
-
 def ring_plan(n: int, dtype: str, cc: int):
-    """(cluster CTAs, threads, (stages, lag), packs a thread, dynamic shared bytes) of norm_bwd_ring for rows of n
-    elements, or None where it does not apply (another type, a row one CTA holds, a length it does not split into
-    whole packs, before compute capability 9.0)."""
-    V = rw.vec(dtype)
-    if not RING_BWD["on"] or cc < 90 or dtype not in RING_BWD["dtypes"] or n % V or n // V <= RING_BWD["max_slots"]:
+    """(cluster CTAs, threads, packs a thread, dynamic shared bytes) of norm_bwd_ring for aligned rows of n elements,
+    or None where it does not apply (another type, a row one CTA holds, a length it does not split into whole packs,
+    before compute capability 9.0)."""
+    T = TUNING
+    V = vec(dtype)
+    if cc < 90 or dtype not in SHARED_DTYPES or n % V or n // V <= T.ring_max_slots:
         return None  # (rows that fit one CTA: norm_bwd_shared)
-    form = RING_BWD["form"]
     for cl in RING_CLUSTERS:
         slots, rest = divmod(n // V, cl)  # packs a CTA
-        if rest or slots % 32 or not RING_BWD["min_slots"] <= slots <= RING_BWD["max_slots"]:
+        if rest or slots % 32 or not T.ring_min_slots <= slots <= T.ring_max_slots:
             continue
-        forced = RING_BWD["packs"]
-        for pk in (forced,) if forced else sorted(RING_PACKS, reverse=True):
+        for pk in (T.ring_packs,) if T.ring_packs else sorted(RING_PACKS, reverse=True):
             threads, rest = divmod(slots, pk)
-            if not rest and threads % 32 == 0 and (forced or threads >= RING_BWD["min_threads"]):
-                return cl, threads, form, pk, 2 * form[0] * slots * 16
+            if not rest and threads % 32 == 0 and (T.ring_packs or threads >= T.ring_min_threads):
+                return cl, threads, pk, 2 * RING_STAGES * slots * 16
         return None
     return None
 
 
-def _bwd_parts(dtype, mode, from_output):
-    return f"norm_bwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {int(bool(from_output))}>"
-
-
-# norm_bwd_parts' blocks (RowPacks packs of x and dy a thread, in shared memory): two per SM at 256 threads
-# measured 2% faster than one of 512 (256x262144 f32: layer 237.1 -> 231.6 us, rms 220.5 -> 217.6).
-PARTS_BWD_THREADS = 256
-
-
-def _colsum(dtype, cw=1, ys=32, tw=32):
-    return f"column_sum<{CTYPES[dtype]}, {cw}, {ys}{'' if tw == 32 else f', {tw}'}>"
-
-
-COLUMN_SUM_Y = (1, 8, 32)  # column_sum's Y instances
-# column_sum launched as a programmatic dependent of the kernel writing the partial rows (compute capability 9.0):
-# its blocks start as that kernel ends instead of after a launch gap. A switch for the probes.
-COLUMN_SUM_AFTER = {"on": True}
-
-
 def column_sum_shape(r: int, n: int, sm_count: int) -> tuple[int, int, int]:
-    """(Y, CW, TW) of column_sum over r partial rows of n columns: Y threads down the rows, at least about 8
-    rows a thread below 32 (4 partial rows of 262144 columns in 32 x 32 blocks left 28 of 32 threads idle:
-    ~90 us), four columns a thread where that still leaves a block per SM and tensor, and warps of 8 columns
-    (4 rows a load) where 32-column tiles would leave three quarters of the SMs idle. Measured alone
-    (scripts/probe_column_sum.py, H200, us): 2112 x 1024 TW 8 9.2 vs 10.1; 62 x 32768 CW 4 8.9 vs 11.6; but
-    264 x 4096 TW 8 12.0 vs 6.4; 65536x128 backward read ~1 us slower with TW 8 in a bench (not taken below 1024)."""
+    """(Y, CW, TW) of column_sum over r partial rows of n columns: Y threads down the rows, at least about 8 rows a
+    thread below 32 (4 partial rows of 262144 columns in 32 x 32 blocks left 28 of 32 threads idle: ~90 us), four
+    columns a thread where that still leaves a block an SM and tensor, and warps of 8 columns (4 rows a load) where
+    32-column tiles would leave three quarters of the SMs idle. Measured alone (H200, us): 2112 x 1024 TW 8 9.2 vs
+    10.1; 62 x 32768 CW 4 8.9 vs 11.6; but 264 x 4096 TW 8 12.0 vs 6.4 (so from 1024 columns only)."""
     ys = next(y for y in COLUMN_SUM_Y if y == COLUMN_SUM_Y[-1] or r <= 16 * y)
     cw = 4 if n % 4 == 0 and n >= sm_count * 32 * 4 else 1
-    tw = 8 if ys == 32 and cw == 1 and 1024 <= n <= 32 * (sm_count // 4) else 32  # measured at 1024 only
+    tw = 8 if ys == 32 and cw == 1 and 1024 <= n <= 32 * (sm_count // 4) else 32
     return ys, cw, tw
 
 
-# Backward rows that are not whole packs of aligned arrays take shifted rows (norm_bwd's SHIFT, the one-pack form) for
-# the half types only. H100 (`benchmarks/runs/issue4-session25/04-*`, us, shifted vs the element path): bf16 layer /
-# rms 167772x100 65.4 / 58.8 vs 77.6 / 71.8, 16760x1001 58.1 / 51.5 vs 86.4 / 82.6, 4095x4097 108.2 / 93.2 vs 158.0 /
-# 146.0, 508400x33 equal / 84.7 vs 89.1; but float32 (one pack a thread, where its element path holds two) 2396745x7
-# 154.2 / 146.0 vs 129.0 / 101.2, 508400x33 141.1 / 130.4 vs 113.8 / 90.8, 16760x1001 equal / 89.2 vs 79.2.
-SHIFTED_BWD_DTYPES = ("float16", "bfloat16")
-
-
-SOURCE.declare([_fwd(t, m, shift=sh) for t in FLOAT_DTYPES for m in MODES for sh in (False, True)]
-               + [_fwd_tiled(t, m) for t in FLOAT_DTYPES for m in MODES]
-               + [_fwd(t, m, group=g, shift=True) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
-               + [_fwd(t, m, True) for t in rw.STAGE_FWD_DTYPES for m in MODES]
-               + [_fwd(t, m, group=g) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
-               + [_fwd(t, m, st, group=rw.ROW_BLOCK, full=f) for t in rw.SHORT_DTYPES for m in MODES for st in (0, 1)
-                  for f in (False, True) if not f or rw.has_full(t, rw.ROW_BLOCK, st)]
-               + [_fwd(t, m, group=g, full=True) for t in rw.SHORT_DTYPES for m in MODES for g in rw.SHORT_GROUPS]
-               + [_fwd(t, m, 1, group=g, full=f) for t in STAGE_SHORT_FWD["dtypes"] for m in MODES
-                  for g in STAGE_SHORT_FWD["groups"] for f in (False, True)]
-               + [_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (False, True)] + [rw.ZERO_WORDS]
-               + [_bwd(t, m, f) for t in FLOAT_DTYPES for m in MODES for f in (0, 1)]
-               + [_bwd(t, m, f, packs=1, group=g, shift=True) for t in SHIFTED_BWD_DTYPES for m in MODES for f in (0, 1)
-                  for g in (0,) + rw.SHORT_GROUPS]
-               + [_bwd(t, m, f, True, packs=1, shift=True) for t in SHIFTED_BWD_DTYPES for m in MODES for f in (0, 1)]
-               + [_bwd(t, m, f, packs=k, group=g, full=fl) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
-                  for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,) for fl in (False, True)]
-               + [_bwd(t, m, f, True, k, group=g, full=fl) for t, k in SHORT_BWD.items() for m in MODES for f in (0, 1)
-                  for g in rw.SHORT_GROUPS for fl in (False, True) if stage_short_bwd(t, m, g, fl)]
-               + [_bwd(t, m, f, st, 1) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
-                  for st in (False, True)]
-               + [_bwd(t, "layer_norm", f, False, 2, db=False) for t in ("float16", "bfloat16") for f in (0, 1)]
-               + [_pipelined(t, m, f) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)]
-               + [_shared(t, m, f, cl) for t in ("float16", "bfloat16", "float32") for m in MODES for f in (0, 1)
-                  for cl in SHARED_CLUSTERS]
-               + [_shared(t, m, f, 8, st, full) for t in ("float16", "bfloat16") for m in MODES for f in (0, 1)
-                  for full in (False, True) for st in (False, True)]
-               + [_shared(t, m, f, 1, False) for t in ("float16", "bfloat16", "float32") for m in MODES for f in (0, 1)]
-               + [_shared(t, m, f, cl, st, True) for t in ("float16", "bfloat16", "float32") for m in MODES
-                  for f in (0, 1) for cl, st in ((1, False),) + tuple((c, True) for c in SHARED_CLUSTERS)]
-               + [_shared(t, m, f, 1, True, full, True) for t in ("float16", "bfloat16", "float32") for m in MODES
-                  for f in (0, 1) for full in (False, True)]
-               + [_ring(t, m, f, cl, form, pk) for t in RING_BWD["dtypes"] for m in MODES for f in (0, 1)
-                  for cl in RING_CLUSTERS for form in RING_FORMS for pk in RING_PACKS]
-               + [_bwd_parts(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in MODES for f in (0, 1)]
-               + [_colsum(t, cw, y) for t in FLOAT_DTYPES for cw in (1, 4) for y in COLUMN_SUM_Y]
-               + [_colsum(t, 1, 32, 8) for t in FLOAT_DTYPES])
-
-
-def _detach(x):
-    return x.detach() if is_torch(x) else x
-
-
-def _contiguous(x):
-    return x.is_contiguous() if is_torch(x) else x.flags.c_contiguous
-
-
-def _affine(call, op, x, weight, bias, mode):
-    """weight / bias as CuPy arrays (or None), checked: dtype of x, shape (n,), contiguous."""
-    dtype = str(x.dtype)
-    n = x.shape[-1] if x.ndim else 1
-    out = []
-    for name, a in (("weight", weight), ("bias", bias)):
-        if a is None:
-            out.append(None)
-            continue
-        if mode == "rms_norm" and name == "bias":
-            raise TypeError(f"{op}: rms_norm takes no bias")
-        ac = call.arg(_detach(a), name, dtypes=(dtype,))
-        if tuple(ac.shape) != (n,):
-            raise ValueError(f"{op}: {name} must have shape ({n},) (the last dimension of x); got {tuple(ac.shape)}")
-        if not ac.flags.c_contiguous:
-            raise ValueError(f"{op}: {name} must be contiguous; got strides {ac.strides}")
-        out.append(ac)
+def _shifted_fwd_groups() -> dict:
+    """dtype -> the sub-warp groups of shifted forward rows longer than TUNING.tiled_max_n (planned for n + V - 1
+    elements): the only ones compiled; other shifted rows take the run-time group."""
+    out = {}
+    for t in rw.SHORT_DTYPES:
+        V = vec(t)
+        out[t] = tuple(sorted({p.group for n in range(TUNING.tiled_max_n + 1, 33 * fwd_maxp(t) * V) if n % V
+                               for p in (rw.plan(1, n + V - 1, t, fwd_maxp(t), fwd_threads(t, n + V - 1), 132),)
+                               if p.path == "subwarp"}))
     return out
 
 
+SHIFTED_FWD_GROUPS = _shifted_fwd_groups()
+
+
+# ---- the instances production takes -------------------------------------------------------------------------
+
+
+def _declare():
+    T, S, M = TUNING, rw.SHORT_DTYPES, tuple(MODES)
+    groups = rw.SHORT_GROUPS
+    fwd = ([fwd_tiled_name(t, m) for t in FLOAT_DTYPES for m in M]
+           # the element path, float64, long rows over several blocks; shifted block rows
+           + [fwd_name(t, m, shifted=sh) for t in FLOAT_DTYPES for m in M for sh in (False, True)]
+           + [fwd_name(t, m, g, shifted=True) for t in S for m in M for g in SHIFTED_FWD_GROUPS[t]]
+           # aligned rows of one segment compiled for their group; float32 groups of 8 staged
+           + [fwd_name(t, m, g, full=f) for t in S for m in M for g in groups for f in (False, True)
+              if not (g in T.stage_short_fwd_groups and t in T.stage_short_fwd_dtypes)]
+           + [fwd_name(t, m, g, staged=True, full=f) for t in T.stage_short_fwd_dtypes for m in M
+              for g in T.stage_short_fwd_groups for f in (False, True)]
+           # block rows: unstaged up to 256 threads (FULL_PACKS where it does not spill), staged from 512
+           + [fwd_name(t, m, rw.ROW_BLOCK, full=f) for t in S for m in M for f in (False, True)
+              if not f or rw.has_full(t, rw.ROW_BLOCK, 0)]
+           + [fwd_name(t, m, rw.ROW_BLOCK, staged=True, full=f) for t in S for m in M for f in (False, True)]
+           # long rows: pipelined, or (more parts than fit at once) split over two launches, rms_norm's staged
+           + [fwd_parts_name(t, m, f) for t in rw.STAGE_FWD_DTYPES for m in M for f in (False, True)]
+           + [fwd_name(t, "rms_norm", staged=True) for t in rw.STAGE_FWD_DTYPES] + [rw.ZERO_WORDS])
+    FWD.declare(fwd)
+    bwd = []
+    for f in (False, True):
+        for m in M:
+            # the element path (unaligned rows, float64, rows longer than the other forms take)
+            bwd += [bwd_name(t, m, f, p) for t in FLOAT_DTYPES for p in sorted({bwd_packs(t, 0), 2})]
+            bwd += [bwd_name(t, m, f, 2, no_dbias=True) for t in HALF_DTYPES if m == "layer_norm"]
+            # aligned rows of one segment compiled for their group, staged or not, full or not
+            for t, packs in BWD_GROUP_PACKS.items():
+                for g, full in _bwd_groups(t):
+                    bwd.append(bwd_name(t, m, f, packs, g, staged=stage_short_bwd(t, m, g, full), full=full))
+            # shifted rows: sub-warp groups, block rows (1024-thread ones staged)
+            for t in T.shifted_bwd_dtypes:
+                bwd += [bwd_name(t, m, f, 1, g, shifted=True) for g in (0,) + _shifted_bwd_groups()]
+                bwd += [bwd_name(t, m, f, 1, staged=True, shifted=True)] if T.stage_shifted_bwd else []
+            bwd += [bwd_parts_name(t, m, f) for t in rw.STAGE_FWD_DTYPES]
+    bwd += [rw.ZERO_WORDS] + [colsum_name(t, cw, y) for t in FLOAT_DTYPES for cw in (1, 4) for y in COLUMN_SUM_Y]
+    bwd += [colsum_name(t, 1, 32, 8) for t in FLOAT_DTYPES]
+    BWD.declare(bwd)
+    cluster = []
+    for f in (False, True):
+        for m in M:
+            for t in SHARED_DTYPES:
+                cluster += [shared_name(t, m, f, *form) for form in _shared_forms(t)]
+                cluster += [ring_name(t, m, f, cl, pk) for cl in RING_CLUSTERS for pk in RING_PACKS]
+    CLUSTER.declare(cluster)
+
+
+def _bwd_groups(dtype):
+    """(group, full) of the aligned one-segment backward rows below norm_bwd_shared's lengths (and between its warp
+    rows and one-CTA rows for float32): float32 two packs a thread, any group either way; a half type one pack, so a
+    row that fills its group of 1 or 2 is full, and its block rows (264..504 elements) are not."""
+    if dtype == "float32":
+        return [(g, f) for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,) for f in (False, True)]
+    return [(g, f) for g in rw.SHORT_GROUPS for f in (False, True) if f or g > 2] + [(rw.ROW_BLOCK, False)]
+
+
+def _shifted_bwd_groups():
+    """The sub-warp groups of shifted half backward rows (one pack a thread of n + V - 1 elements, n > V): 2 to 32."""
+    return tuple(g for g in rw.SHORT_GROUPS if g > 1)
+
+
+def _shared_forms(dtype):
+    """(cluster CTAs, staged, full, warps) of the norm_bwd_shared instances the default shared_plan takes, before
+    norm_bwd_ring (which takes every cluster row of whole 16-byte packs a CTA, so no cluster's full form remains)."""
+    warps = [(1, True, f, True) for f in (False, True)]
+    if dtype == "float32":
+        return [(1, True, True, False), (2, True, False, False), (4, True, False, False)] + warps
+    return ([(1, st, f, False) for st in (False, True) for f in (False, True)]
+            + [(2, True, False, False), (8, False, False, False)] + warps)
+
+
+_declare()
+
+
+# ---- forward planning ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FwdArgs:
+    """The Buffers of a forward call (None: absent) and its row geometry."""
+    x: object
+    y: object
+    w: object
+    b: object
+    mean: object
+    rstd: object
+    rows: int
+    n: int
+    dtype: str
+    mode: str
+    eps: float
+
+    def stats(self):
+        return self.x, self.y, self.w, self.b, self.mean, self.rstd
+
+    def acc(self, v):
+        return ACC_SCALAR[ACC[self.dtype]](v)
+
+
+def plan_forward(b: PlanBuilder, a: FwdArgs) -> str:
+    """Record the launches of a forward over (rows, n), n >= 1; returns the form taken: "tiled", "shifted", "parts"
+    or "rows"."""
+    al = rw.row_aligned(a.n, a.dtype, a.x, a.y, a.w, a.b)
+    if rw.tiled_rows(TUNING.tiled_max_n, a.n, al, "auto", a.x, a.y):
+        _plan_fwd_tiled(b, a)
+        return "tiled"
+    if rw.shifted_rows(a.n, a.dtype, al, "auto", a.x, a.y, a.w, a.b) and _plan_fwd_shifted(b, a):
+        return "shifted"
+    return _plan_fwd_rows(b, a, al)
+
+
+def _plan_fwd_tiled(b, a: FwdArgs) -> None:
+    """Short rows that are not whole packs through shared-memory tiles (x and y aligned; w and b read by element)."""
+    grid, threads, k, smem = rw.tiled_plan(a.rows, a.n, a.dtype, 1)
+    b.launch(FWD.kernel(fwd_tiled_name(a.dtype, a.mode), smem), grid, threads,
+             (*a.stats(), np.int64(a.rows), np.int32(a.n), np.int32(k), a.acc(a.eps), a.acc(1.0 / a.n)),
+             shared_mem=smem)
+
+
+def _plan_fwd_shifted(b, a: FwdArgs) -> bool:
+    """Shifted rows (rows of a pack or more that are not whole packs of 16-byte aligned arrays) that one block holds
+    (planned for n + V - 1 elements); longer rows keep the element path. Whether it launched."""
+    V = vec(a.dtype)
+    p = rw.plan(a.rows, a.n + V - 1, a.dtype, fwd_maxp(a.dtype), fwd_threads(a.dtype, a.n + V - 1), current().sm_count)
+    if p.parts > 1:
+        return False
+    g = rw.short_group(p, a.dtype, 1) if p.path == "subwarp" else 0
+    g = g if g in SHIFTED_FWD_GROUPS.get(a.dtype, ()) else 0  # groups compiled for shifted rows, else the run-time one
+    smem = 16 * (p.threads // p.group) if p.group < 32 else 0  # store_shifted's slots
+    b.launch(FWD.kernel(fwd_name(a.dtype, a.mode, g, shifted=True)), p.grid, p.threads,
+             (*a.stats(), np.int64(a.rows), np.int64(a.n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs),
+              np.int32(1), np.int32(0), a.acc(a.eps), a.acc(1.0 / a.n), np.int32(0), None, None), shared_mem=smem)
+    return True
+
+
+def _plan_fwd_rows(b, a: FwdArgs, al: int) -> str:
+    """Aligned rows (pipelined when they span blocks; staged, compiled for their group) and the element path."""
+    T, maxp = TUNING, fwd_maxp(a.dtype)
+    kernel = FWD.kernel(fwd_name(a.dtype, a.mode))
+    sms = current().sm_count
+    p = rw.plan(a.rows, a.n, a.dtype, maxp, fwd_threads(a.dtype, a.n), sms, occupancy=rw.occupancy(kernel))
+    pp = rw.pipelined_plan(FWD, fwd_parts_name(a.dtype, a.mode), a.rows, a.n, a.dtype, al, rw.TUNING.parts_packs_norm,
+                           p.threads, full_name=fwd_parts_name(a.dtype, a.mode, True) if T.full_parts else None)
+    if pp:
+        kernel, p, smem = pp
+        rw.plan_pipelined(b, FWD, kernel, p, (*a.stats(), np.int64(a.rows), np.int64(a.n), np.int64(p.chunk),
+                                              np.int32(p.packs), np.int32(p.parts), np.float32(a.eps),
+                                              np.float32(1.0 / a.n)), smem, k=2)
+        return "parts"
+    smem = 0
+    # (layer_norm's rows split over blocks are not staged: 2% slower at 256x262144 float32)
+    stage = (rw.stage_fwd(p, a.dtype, al, T.stage_fwd_min_threads)
+             if T.stage_fwd and (a.mode == "rms_norm" or p.parts == 1) else 0)
+    stage = stage or int(rw.stage_short(T.stage_short_fwd_groups, T.stage_short_fwd_dtypes, p, a.dtype, al))
+    g = rw.short_group(p, a.dtype, al, staged=bool(stage))
+    if stage and not g and a.mode != "rms_norm":
+        stage = 0  # (layer_norm's staged instances are compiled for their group only)
+    if stage:
+        name = fwd_name(a.dtype, a.mode, g, staged=True)
+        kernel = FWD.kernel(name)
+        p, smem = rw.staged_plan(kernel, name, a.rows, a.n, a.dtype, maxp, fwd_threads(a.dtype, a.n), tensors=stage)
+    if g:  # FULL_PACKS or not, the same launch bounds: the plan stands
+        kernel = FWD.kernel(fwd_name(a.dtype, a.mode, g, bool(stage), rw.full_rows(p, a.dtype, maxp, g, stage)), smem)
+    sync, slots = rw.exchange_buffers(b, p, a.dtype)
+    for phase in rw.phases(p):
+        b.launch(kernel, p.grid, p.threads,
+                 (*a.stats(), np.int64(a.rows), np.int64(a.n), np.int64(p.chunk), np.int32(p.group),
+                  np.int32(p.packs), np.int32(p.parts), np.int32(al), a.acc(a.eps), a.acc(1.0 / a.n), np.int32(phase),
+                  sync, slots), shared_mem=smem)
+    return "rows"
+
+
+# ---- backward planning --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BwdArgs:
+    """The Buffers of a backward call (None: absent or not wanted) and its row geometry."""
+    src: object
+    dy: object
+    dx: object
+    w: object
+    b: object
+    mean: object
+    rstd: object
+    dw: object
+    db: object
+    rows: int
+    n: int
+    dtype: str
+    mode: str
+    from_output: bool
+
+    def inputs(self):
+        return self.src, self.dy, self.dx, self.w, self.b, self.mean, self.rstd
+
+    @property
+    def inv_n(self):
+        return ACC_SCALAR[ACC[self.dtype]](1.0 / self.n)  # c1 / n, c2 / n as products: no IEEE division a row
+
+    def partial_rows(self, b, nrg: int, dbias: bool = True):
+        """Workspaces of nrg partial rows of dweight / dbias column sums (None where not wanted)."""
+        size = nrg * self.n * ITEMSIZE[ACC[self.dtype]]
+        return (b.workspace(size) if self.dw is not None else None,
+                b.workspace(size) if self.db is not None and dbias else None)
+
+
+@dataclass(frozen=True)
+class BwdChoice:
+    """The backward's kernel family for a call, and that family's plan: "ring" (ring_plan), "shared" (shared_plan),
+    "parts" (rw.pipelined_plan's (kernel, plan, smem)), "shifted" or "rows" (None: planned by their functions)."""
+    family: str
+    detail: object = None
+
+
+def choose_backward(a: BwdArgs, cc: int) -> BwdChoice:
+    """The form for aligned rows: a ring across a cluster (sm_90), column sums in shared memory (a CTA or a cluster
+    a row), pipelined blocks for longer rows; shifted rows for half rows that are not whole packs; else the register
+    rows (compiled for their group where aligned, the element path otherwise)."""
+    al = rw.row_aligned(a.n, a.dtype, a.src, a.dy, a.dx, a.w, a.b)
+    if al and (ring := ring_plan(a.n, a.dtype, cc)):
+        return BwdChoice("ring", ring)
+    if al and (shared := shared_plan(a.n, a.dtype, a.mode, cc)):
+        return BwdChoice("shared", shared)
+    if al and (pp := rw.pipelined_plan(BWD, bwd_parts_name(a.dtype, a.mode, a.from_output), a.rows, a.n, a.dtype, al,
+                                       rw.maxp(a.dtype), TUNING.parts_bwd_threads, inputs=2)):
+        return BwdChoice("parts", pp)
+    if (a.dtype in TUNING.shifted_bwd_dtypes and rw.shifted_rows(a.n, a.dtype, al, "auto", *a.inputs()[:5])
+            and _shifted_bwd_plan(a).parts == 1):
+        return BwdChoice("shifted")
+    return BwdChoice("rows")
+
+
+def plan_backward(b: PlanBuilder, a: BwdArgs) -> str:
+    """Record the launches of a backward over (rows, n), rows and n >= 1: the chosen family's kernel, then column_sum
+    over its partial rows (and dbias by a column sum of dy where the kernel leaves it). Returns the family."""
+    props = current()
+    choice = choose_backward(a, props.cc)
+    nrg, dw_part, db_part, db_by_reduce = PLANNERS[choice.family](b, a, choice)
+    if dw_part is not None or db_part is not None:
+        ys, cw, tw = column_sum_shape(nrg, a.n, props.sm_count)
+        first = (dw_part, a.dw) if dw_part is not None else (db_part, a.db)
+        second = (db_part, a.db) if dw_part is not None and db_part is not None else (None, None)
+        b.launch(BWD.kernel(colsum_name(a.dtype, cw, ys, tw)), (ceil_div(a.n, tw * cw), 2), (32, ys),
+                 (first[0], second[0], first[1], second[1], np.int64(nrg), np.int64(a.n)),
+                 after_previous=TUNING.column_sum_after and props.cc >= 90)
+    if db_by_reduce:  # float sums in a fixed order: deterministic
+        _reduce.plan_cols(b, "sum", a.dy, a.db, a.dtype, 1, a.rows, a.n, a.rows)
+    return choice.family
+
+
+def _plan_bwd_cluster(b, a: BwdArgs, choice: BwdChoice):
+    """norm_bwd_ring or norm_bwd_shared: a CTA or a cluster a row, one partial row a row group (the grid resident)."""
+    if choice.family == "ring":
+        cl, threads, pk, smem = choice.detail
+        name, extra, warps = ring_name(a.dtype, a.mode, a.from_output, cl, pk), (), False
+    else:
+        cl, threads, packs, chunk, smem, stage, full, warps = choice.detail
+        name = shared_name(a.dtype, a.mode, a.from_output, cl, stage, full, warps)
+        extra = (np.int64(chunk), np.int32(packs))
+    kernel = CLUSTER.kernel(name, smem)
+    resident = resident_blocks(kernel, threads, smem) if cl == 1 else max_active_clusters(kernel, threads, smem, cl)
+    groups = min(ceil_div(a.rows, threads // 32) if warps else a.rows, resident)  # warp rows: a row a warp
+    dw_part, db_part = a.partial_rows(b, groups)
+    b.launch(kernel, cl * groups, threads,
+             (*a.inputs(), dw_part, db_part, np.int64(a.rows), np.int64(a.n), np.float32(1.0 / a.n)) + extra,
+             shared_mem=smem, cluster=cl)
+    return groups, dw_part, db_part, False
+
+
+def _plan_bwd_parts(b, a: BwdArgs, choice: BwdChoice):
+    """Aligned rows longer than a block, pipelined over co-resident blocks (norm_bwd_parts)."""
+    kernel, p, smem = choice.detail
+    nrg = p.grid // p.parts
+    dw_part, db_part = a.partial_rows(b, nrg)
+    rw.plan_pipelined(b, BWD, kernel, p, (*a.inputs(), dw_part, db_part, np.int64(a.rows), np.int64(a.n), a.inv_n,
+                                          np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts)), smem, k=2)
+    return nrg, dw_part, db_part, False
+
+
+def _shifted_bwd_plan(a: BwdArgs, kernel=None):
+    """The plan of shifted backward rows: n + V - 1 elements, one pack a thread, a persistent grid."""
+    V = vec(a.dtype)
+    occupancy = rw.occupancy(kernel, lambda t: bwd_smem(a.dtype, t, packs=1)) if kernel is not None else None
+    return rw.plan(a.rows, a.n + V - 1, a.dtype, bwd_maxp(a.dtype, 1), bwd_threads(a.dtype, 1), current().sm_count,
+                   persistent=True, occupancy=occupancy, min_blocks=bwd_min_blocks(a.dtype, 1))
+
+
+def _plan_bwd_shifted(b, a: BwdArgs, choice: BwdChoice):
+    """Half rows that are not whole packs of aligned arrays, one block or group a row (norm_bwd SHIFTED): the groups'
+    rows stepped by a multiple of V so that all start at the same head (its weight / bias columns read once)."""
+    V = vec(a.dtype)
+    kernel = BWD.kernel(bwd_name(a.dtype, a.mode, a.from_output, 1, shifted=True))
+    p = _shifted_bwd_plan(a, kernel)
+    smem = bwd_smem(a.dtype, p.threads, p.group, 1)
+    if p.path == "subwarp" and (g := rw.short_group(p, a.dtype, 1)):  # the group compiled in, with its occupancy
+        kernel = BWD.kernel(bwd_name(a.dtype, a.mode, a.from_output, 1, g, shifted=True))
+        p = _shifted_bwd_plan(a, kernel)
+        smem = bwd_smem(a.dtype, p.threads, p.group, 1)
+    elif p.threads == 1024 and TUNING.stage_shifted_bwd:  # a block row alone on its SM: the next row staged
+        kernel, smem = BWD.kernel(bwd_name(a.dtype, a.mode, a.from_output, 1, staged=True, shifted=True)), 2 * 1024 * 16
+    gpb = p.threads // p.group if p.group <= 32 else 1
+    grid = p.grid
+    if grid * gpb < a.rows:  # a group takes several rows: stepped by a multiple of V, all start at the same head
+        unit = V // math.gcd(gpb, V)
+        grid = grid // unit * unit
+    dw_part, db_part = a.partial_rows(b, grid)
+    b.launch(kernel, grid, p.threads,
+             (*a.inputs(), dw_part, db_part, np.int64(a.rows), np.int64(a.n), a.inv_n, np.int64(p.chunk),
+              np.int32(p.group), np.int32(p.packs), np.int32(1), np.int32(0), np.int32(0), None, None), shared_mem=smem)
+    return grid, dw_part, db_part, False
+
+
+def _plan_bwd_rows(b, a: BwdArgs, choice: BwdChoice):
+    """The register rows (norm_bwd) on a persistent grid, one partial row a block: compiled for their group where
+    aligned and one segment (staged sub-warp groups: stage_short_bwd), the element path otherwise; rows over several
+    blocks exchange their sums (one launch, or two where the blocks cannot all be resident)."""
+    dtype, packs = a.dtype, bwd_packs(a.dtype, a.n)
+    al = rw.row_aligned(a.n, dtype, *a.inputs()[:5])
+    # dbias from a column sum of dy instead of the kernel's accumulators (the two-pack half layer form)
+    db_by_reduce = (a.db is not None and packs == 2 and dtype in HALF_DTYPES and a.mode == "layer_norm"
+                    and TUNING.db_by_reduce)
+    maxp, threads = bwd_maxp(dtype, packs), bwd_threads(dtype, packs)
+
+    def planned(stage=False, group=0, full=False):
+        """(kernel, plan, dynamic shared bytes): at most 32 KB, no attribute to raise."""
+        kernel = BWD.kernel(bwd_name(dtype, a.mode, a.from_output, packs, group, stage, full, no_dbias=db_by_reduce))
+        smem = (lambda t: 2 * packs * t * 16) if stage else (lambda t: bwd_smem(dtype, t, packs=packs))
+        p = rw.plan(a.rows, a.n, dtype, maxp, threads, current().sm_count, persistent=True,
+                    occupancy=rw.occupancy(kernel, smem), min_blocks=bwd_min_blocks(dtype, packs))
+        return kernel, p, max(smem(p.threads) if stage else 0, bwd_smem(dtype, p.threads, p.group, packs))
+
+    kernel, p, smem = planned()
+    if BWD_GROUP_PACKS.get(dtype) == packs and (g := rw.short_group(p, dtype, al)):
+        # planned with its own occupancy (the persistent grid may differ; the group and packs do not)
+        full = rw.whole_rows(p, dtype, maxp)
+        kernel, p, smem = planned(stage_short_bwd(dtype, a.mode, g, full), g, full)
+    sync, slots = rw.exchange_buffers(b, p, dtype)
+    nrg = p.grid // p.parts
+    dw_part, db_part = a.partial_rows(b, nrg, dbias=not db_by_reduce)
+    for phase in rw.phases(p):
+        last = phase != 1  # the column partials come from the launch that writes dx
+        b.launch(kernel, p.grid, p.threads,
+                 (*a.inputs(), dw_part if last else None, db_part if last else None, np.int64(a.rows), np.int64(a.n),
+                  a.inv_n, np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
+                  np.int32(phase), sync, slots), shared_mem=smem)
+    return nrg, dw_part, db_part, db_by_reduce
+
+
+PLANNERS = {"ring": _plan_bwd_cluster, "shared": _plan_bwd_cluster, "parts": _plan_bwd_parts,
+            "shifted": _plan_bwd_shifted, "rows": _plan_bwd_rows}
+
+
+# ---- calls --------------------------------------------------------------------------------------------------
+
+
+def _array_key(kind, a):
+    """What a plan depends on of an optional further input (None: absent); an input the checks will refuse gets a
+    key of its own (the plan's build raises the error naming it)."""
+    if a is None:
+        return None
+    try:
+        return a.dtype, tuple(a.shape), kind.strides(a), kind.ptr(a) & 15, kind.device(a)
+    except Exception:  # not an array of this kind: _check_* raises
+        return ("unusable", id(a))
+
+
+def _check_affine(kind, op, weight, bias, mode, dtype, n, device):
+    """weight / bias: x's kind, device and dtype, shape (n,), contiguous; rms_norm takes no bias."""
+    for name, a in (("weight", weight), ("bias", bias)):
+        if a is None:
+            continue
+        if mode == "rms_norm" and name == "bias":
+            raise TypeError(f"{op}: rms_norm takes no bias")
+        check_like(kind, a, op, name, device, (dtype,))
+        if tuple(a.shape) != (n,):
+            raise ValueError(f"{op}: {name} must have shape ({n},) (the last dimension of x); got {tuple(a.shape)}")
+        if not kind.contiguous(a):
+            raise ValueError(f"{op}: {name} must be contiguous; got strides {kind.strides(a)}")
+
+
+def _aligns(kind, *arrays):
+    """The alignments a plan may assume of the call's arrays: their own (None: absent, 256)."""
+    return [256 if a is None else alignment(kind.ptr(a)) for a in arrays]
+
+
 def check_inplace(op, x):
-    if (is_torch(x) or is_cupy(x)) and not _contiguous(x):
+    """In-place forms need a C-contiguous x (checked before anything is written)."""
+    kind = kind_of(x, op)
+    if not kind.contiguous(x):
         raise ValueError(f"{op}: x must be C-contiguous to be written in place; got a non-contiguous view of shape "
                          f"{tuple(x.shape)} (use the out-of-place op, or .contiguous() first)")
 
 
-def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", inplace=False, save_stats=True,
-                      variant="auto"):
-    """(y, mean, rstd) through the kernels for either kind of input (no autograd). mean is None for
-    rms_norm, both stats None unless save_stats; with inplace, y is x (C-contiguous), written only
-    after every check passed."""
-    op = mode + ("_" if inplace else "")
-    if variant not in VARIANTS:
-        raise ValueError(f"{op}: variant must be one of {VARIANTS}; got {variant!r}")
+@dataclass(frozen=True)
+class _FwdEntry:
+    """A planned forward: copy x first (not C-contiguous), the statistics' shape and dtype and which are made, the
+    plan (None: nothing to launch), NaN statistics (rows of nothing)."""
+    copy: bool
+    stats_shape: tuple
+    acc: str
+    mean: bool
+    rstd: bool
+    plan: object
+    nan_stats: bool
+
+
+def _build_forward(kind, op, x, weight, bias, eps, mode, inplace, save_stats, device) -> _FwdEntry:
+    """Validate a forward call and plan it (a miss of PLANS: every check happens here)."""
+    if mode not in MODES:
+        raise ValueError(f"{op}: mode must be one of {', '.join(MODES)}; got {mode!r}")
+    dtype = dtype_name(x)
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{op}: x has dtype {dtype}; expected one of {', '.join(FLOAT_DTYPES)}")
+    shape = tuple(x.shape)
+    if not shape:
+        raise ValueError(f"{op}: x must have at least one dimension; got a 0-d array")
     if inplace:
         check_inplace(op, x)
-    with Call(op, x) as call:
-        xc = call.arg(_detach(x), "x", dtypes=FLOAT_DTYPES)
-        if xc.ndim == 0:
-            raise ValueError(f"{op}: x must have at least one dimension; got a 0-d array")
-        w, b = _affine(call, op, xc, weight, bias, mode)
-        dtype = str(xc.dtype)
-        acc = rw.ACC[dtype]
-        n = xc.shape[-1]
-        rows = xc.size // n if n else 0
-        if not inplace and not xc.flags.c_contiguous:
-            tmp = call.empty(xc.shape, dtype)
-            tmp[...] = xc
-            xc = tmp
-        x2 = xc.reshape(rows, n)
-        y = xc if inplace else call.empty(xc.shape, dtype)
-        y2 = y.reshape(rows, n)
-        mean = call.empty(xc.shape[:-1], acc) if save_stats and mode == "layer_norm" else None
-        rstd = call.empty(xc.shape[:-1], acc) if save_stats else None
-        if rows and n:
-            args = dict(force=variant if variant == "block" else None,
-                        long_rows="exchange" if variant == "counter" else
-                        variant if variant in ("split", "exchange") else None)
-            al = 0 if variant == "scalar" else rw.aligned(n, dtype, x2, y2, w, b)
-            if not (_forward_tiled(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant)
-                    or _forward_shifted(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant)):
-                _forward(call, x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant, args)
-        elif rows and rstd is not None:  # n == 0: mean of nothing, like torch
-            rstd.fill(np.nan)
-            if mean is not None:
-                mean.fill(np.nan)
-        res = (x if inplace else call.result(y), None if mean is None else call.result(mean),
-               None if rstd is None else call.result(rstd))
-        return res
+    n = shape[-1]
+    _check_affine(kind, op, weight, bias, mode, dtype, n, device)
+    rows = math.prod(shape[:-1])
+    contiguous = kind.contiguous(x)
+    x_al = alignment(kind.ptr(x)) if contiguous else 256  # a copy is a fresh allocation
+    b = PlanBuilder(device, [x_al, x_al if inplace else 256] + _aligns(kind, weight, bias) + [256, 256])
+    xb, yb, wb, bb, mb, rb = b.buffers
+    want_mean = save_stats and mode == "layer_norm"
+    if rows and n:
+        plan_forward(b, FwdArgs(xb, yb, wb if weight is not None else None, bb if bias is not None else None,
+                                mb if want_mean else None, rb if save_stats else None, rows, n, dtype, mode,
+                                float(eps)))
+    return _FwdEntry(not contiguous, shape[:-1], ACC[dtype], want_mean, save_stats, b.plan() if b.launches else None,
+                     bool(rows) and not n)
 
 
-def _forward_tiled(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant) -> bool:
-    """The forward on short rows through shared-memory tiles where it applies (rw.tiled_rows; x and y aligned: w and b
-    are read by element). Whether it launched."""
-    if not rw.tiled_rows(TILED_FWD, n, al, variant, x2, y2):
-        return False
-    grid, threads, k, smem = rw.tiled_plan(rows, n, dtype, 1)
-    acc = rw.ACC_SCALAR[rw.ACC[dtype]]
-    SOURCE.kernel(_fwd_tiled(dtype, mode), smem)(
-        (grid,), (threads,), (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int32(n),
-                              np.int32(k), acc(eps), acc(1.0 / n)), shared_mem=smem)
-    return True
+def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", inplace=False, save_stats=True):
+    """(y, mean, rstd) through the kernels for either kind of input (no autograd): one plan per (mode, dtypes,
+    shapes, strides, alignments, eps, device), replayed. mean is None for rms_norm, both statistics None unless
+    save_stats (float32, float64 for float64); with inplace, y is x (C-contiguous), written only after every check
+    passed. Rows of no elements give NaN statistics, like torch."""
+    op = mode + "_" if inplace else mode
+    kind = kind_of(x, op)
+    device = kind.device(x)
+    if kind.current_device() != device:
+        with kind.on_device(device):
+            return norm_forward_impl(x, weight, bias, eps, mode, inplace, save_stats)
+    ptr = kind.ptr(x)
+    key = (op, save_stats, x.dtype, x.shape, kind.strides(x), ptr & 15, eps, device, _array_key(kind, weight),
+           _array_key(kind, bias))
+    e = PLANS.get(key)
+    if e is None:
+        e = PLANS.put(key, _build_forward(kind, op, x, weight, bias, eps, mode, inplace, save_stats, device))
+    if e.copy:
+        x = kind.as_contiguous(x)
+        ptr = kind.ptr(x)
+    y = x if inplace else kind.empty_like(x)
+    mean = kind.empty(e.stats_shape, e.acc, device) if e.mean else None
+    rstd = kind.empty(e.stats_shape, e.acc, device) if e.rstd else None
+    if e.plan is not None:
+        e.plan.run((ptr, kind.ptr(y), 0 if weight is None else kind.ptr(weight), 0 if bias is None else kind.ptr(bias),
+                    0 if mean is None else kind.ptr(mean), 0 if rstd is None else kind.ptr(rstd)),
+                   kind.stream(device), kind.alloc(device) if e.plan.workspaces else None)
+    elif e.nan_stats:  # the mean of nothing, like torch (a fill on the stream: no sync)
+        for s in (mean, rstd):
+            if s is not None:
+                kind.fill(s, float("nan"))
+    return y, mean, rstd
 
 
-def _forward_shifted(x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant) -> bool:
-    """The forward on shifted rows (rows.cuh: norm_fwd's SHIFT instances) where they apply: rows of a pack or more
-    that are not whole packs of 16-byte aligned arrays and that one block holds (planned for n + V - 1 elements).
-    Shorter rows, skewed bases and longer rows keep the element path. Whether it launched."""
-    V = rw.vec(dtype)
-    if not rw.shifted_rows(n, dtype, al, variant, x2, y2, w, b):
-        return False
-    p = rw.plan(rows, n + V - 1, dtype, fwd_maxp(dtype), fwd_threads(dtype, n + V - 1), current().sm_count)
-    if p.parts > 1:
-        return False
-    g = rw.short_group(p, dtype, 1, variant) if p.path == "subwarp" else 0  # the group compiled in, if any
-    kernel = SOURCE.kernel(_fwd(dtype, mode, group=g, shift=True))
-    smem = 16 * (p.threads // p.group) if p.group < 32 else 0  # store_shifted's slots
-    acc = rw.ACC_SCALAR[rw.ACC[dtype]]
-    kernel((p.grid,), (p.threads,),
-           (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n), np.int64(p.chunk),
-            np.int32(p.group), np.int32(p.packs), np.int32(1), np.int32(0), acc(eps), acc(1.0 / n), np.int32(0),
-            np.uint64(0), np.uint64(0)), shared_mem=smem)
-    return True
+@dataclass(frozen=True)
+class _BwdEntry:
+    """A planned backward: copies of dy / src first (not C-contiguous), the gradients made, the plan (None: nothing
+    to launch; dweight / dbias are then zeros)."""
+    copy_dy: bool
+    copy_src: bool
+    n: int
+    dtype: str
+    want_w: bool
+    want_b: bool
+    want_mean: bool
+    plan: object
 
 
-def _forward(call, x2, y2, w, b, mean, rstd, rows, n, dtype, mode, eps, al, variant, args):
-    """The forward on aligned rows and the element path."""
-    name = _fwd(dtype, mode)
-    kernel = SOURCE.kernel(name)
-    p = rw.plan(rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n), current().sm_count,
-                occupancy=rw.occupancy(kernel, name), **args)
-    acc = rw.ACC[dtype]
-    pp = variant == "auto" and rw.pipelined_plan(
-        SOURCE, _parts(dtype, mode), rows, n, dtype, al, rw.TUNING.parts_packs_norm, p.threads,
-        full_name=_parts(dtype, mode, True) if FULL_PARTS["on"] else None)
-    if pp:
-        kernel, p, smem = pp
-        rw.launch_pipelined(call, SOURCE, kernel, p,
-                            (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows),
-                             np.int64(n), np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts),
-                             np.float32(eps), np.float32(1.0 / n)), smem, k=2)
-    else:
-        smem = 0
-        # layer_norm over several blocks per row measured 2% slower staged (256x262144 float32)
-        stage = rw.stage_fwd(p, dtype, al) if STAGE_FWD["on"] and (mode == "rms_norm" or p.parts == 1) else 0
-        stage = stage or int(rw.stage_short(STAGE_SHORT_FWD, p, dtype, al, variant))
-        g = rw.short_group(p, dtype, al, variant, staged=bool(stage))
-        if stage:
-            name = _fwd(dtype, mode, stage=stage, group=g)
-            kernel = SOURCE.kernel(name)
-            p, smem = rw.staged_plan(kernel, name, rows, n, dtype, fwd_maxp(dtype), fwd_threads(dtype, n),
-                                     tensors=stage, **args)
-        if g:  # FULL or not, the same launch bounds: the plan stands
-            name = _fwd(dtype, mode, stage, g, rw.full_rows(p, dtype, fwd_maxp(dtype), g, stage))
-            kernel = SOURCE.kernel(name, smem)
-        counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["fwd"])
-        sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
-        for phase in rw.phases(p, counter):
-            kernel((p.grid,), (p.threads,),
-                   (x2, y2, rw.ptr(w), rw.ptr(b), rw.ptr(mean), rw.ptr(rstd), np.int64(rows), np.int64(n),
-                    np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
-                    rw.ACC_SCALAR[acc](eps), rw.ACC_SCALAR[acc](1.0 / n), np.int32(phase), sync, slots),
-                   shared_mem=smem)
+def _build_backward(kind, op, dy, src, weight, bias, mean, rstd, mode, from_output, need_dw, need_db,
+                    device) -> _BwdEntry:
+    """Validate a backward call and plan it (a miss of PLANS: every check happens here)."""
+    if mode not in MODES:
+        raise ValueError(f"{op}: mode must be one of {', '.join(MODES)}; got {mode!r}")
+    dtype = dtype_name(dy)
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{op}: dy has dtype {dtype}; expected one of {', '.join(FLOAT_DTYPES)}")
+    if src is None:
+        raise TypeError(f"{op}: {'y' if from_output else 'x'} (the forward's {'output' if from_output else 'input'}) "
+                        f"is required")
+    check_like(kind, src, op, "y" if from_output else "x", device, (dtype,))
+    shape = tuple(dy.shape)
+    if tuple(src.shape) != shape or not shape:
+        raise ValueError(f"{op}: dy has shape {shape}; expected the shape of the forward's "
+                         f"{'output' if from_output else 'input'} {tuple(src.shape)} (at least 1-d)")
+    n = shape[-1]
+    _check_affine(kind, op, weight, bias, mode, dtype, n, device)
+    rows = math.prod(shape[:-1])
+    acc = ACC[dtype]
+    want_mean = mode == "layer_norm" and not from_output
+    for name, a, wanted in (("rstd", rstd, True), ("mean", mean, want_mean)):
+        if not wanted:
+            continue
+        if a is None:
+            raise TypeError(f"{op}: {name} (saved by the forward) is required")
+        check_like(kind, a, op, name, device, (acc,))
+        if math.prod(a.shape) != rows or not kind.contiguous(a):
+            raise ValueError(f"{op}: {name} must be a contiguous array of {rows} row statistics; got shape "
+                             f"{tuple(a.shape)}")
+    want_w, want_b = need_dw and weight is not None, need_db and bias is not None
+    copy_dy, copy_src = not kind.contiguous(dy), not kind.contiguous(src)
+    aligns = [256 if copy_src else alignment(kind.ptr(src)), 256 if copy_dy else alignment(kind.ptr(dy)), 256]
+    b = PlanBuilder(device, aligns + _aligns(kind, weight, bias) + [256] * 4)
+    sb, dyb, dxb, wb, bb, mb, rb, dwb, dbb = b.buffers
+    if rows and n:
+        plan_backward(b, BwdArgs(sb, dyb, dxb, wb if weight is not None else None, bb if bias is not None else None,
+                                 mb if want_mean else None, rb, dwb if want_w else None, dbb if want_b else None, rows,
+                                 n, dtype, mode, bool(from_output)))
+    return _BwdEntry(copy_dy, copy_src, n, dtype, want_w, want_b, want_mean, b.plan() if b.launches else None)
 
 
 def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mode="layer_norm", from_output=False,
-                       need_dw=True, need_db=True, variant="auto"):
-    """(dx, dweight, dbias) through the kernels (either kind of input, no autograd). `src` is the forward
-    input x with its saved mean / rstd, or (from_output) the forward output y with rstd: the normalised
-    input is then recomputed as (y - bias) / weight, so weight must have no zero entry (not checked
-    here: torch_ops checks it before the in-place forward). dweight / dbias are None when not wanted
-    or absent."""
+                       need_dw=True, need_db=True):
+    """(dx, dweight, dbias) through the kernels (either kind of input, no autograd), fresh arrays (none aliases an
+    input). `src` is the forward input x with its saved mean / rstd, or (from_output) the forward output y with rstd:
+    the normalised input is then recomputed as (y - bias) / weight, so a weight entry of exactly zero gives NaN in
+    that column of dx and dweight. dweight / dbias are None when not wanted or absent."""
     op = f"{mode}_backward"
-    with Call(op, dy, "dy") as call:
-        dyc = call.arg(_detach(dy), "dy", dtypes=FLOAT_DTYPES)
-        dtype = str(dyc.dtype)
-        sc = call.arg(_detach(src), "y" if from_output else "x", dtypes=(dtype,))
-        if tuple(sc.shape) != tuple(dyc.shape) or dyc.ndim == 0:
-            raise ValueError(f"{op}: dy has shape {tuple(dyc.shape)}; expected the shape of the forward's "
-                             f"{'output' if from_output else 'input'} {tuple(sc.shape)} (at least 1-d)")
-        w, b = _affine(call, op, sc, weight, bias, mode)
-        acc = rw.ACC[dtype]
-        n = sc.shape[-1]
-        rows = sc.size // n if n else 0
-        stats = {}
-        for name, a, wanted in (("rstd", rstd, True), ("mean", mean, mode == "layer_norm" and not from_output)):
-            if not wanted:
-                continue
-            if a is None:
-                raise TypeError(f"{op}: {name} (saved by the forward) is required")
-            ac = call.arg(_detach(a), name, dtypes=(acc,))
-            if ac.size != rows or not ac.flags.c_contiguous:
-                raise ValueError(f"{op}: {name} must be a contiguous array of {rows} row statistics; got shape "
-                                 f"{tuple(ac.shape)}")
-            stats[name] = ac
-        d2, s2 = (a if a.flags.c_contiguous else _copy(call, a, dtype) for a in (dyc, sc))
-        d2, s2 = d2.reshape(rows, n), s2.reshape(rows, n)
-        dx = call.empty(sc.shape, dtype)
-        dx2 = dx.reshape(rows, n)
-        want_w = need_dw and w is not None
-        want_b = need_db and b is not None
-        dw = call.empty((n,), dtype) if want_w else None
-        db = call.empty((n,), dtype) if want_b else None
-        inv_n = rw.ACC_SCALAR[acc](1.0 / n) if n else None  # c1 / n, c2 / n as products: no IEEE division a row
-        al = 0 if variant == "scalar" or not n else rw.aligned(n, dtype, s2, d2, dx2, w, b)
-        ring = rows and al and variant == "auto" and ring_plan(n, dtype, current().cc)
-        shared = (rows and al and variant == "auto" and not ring and SHARED_BWD["on"]
-                  and shared_plan(n, dtype, mode, current().cc))
-        pipe = (rows and variant == "auto" and not shared and not ring
-                and rw.pipelined_plan(SOURCE, _bwd_parts(dtype, mode, from_output), rows, n, dtype, al,
-                                      rw.maxp(dtype), PARTS_BWD_THREADS, inputs=2))
-        if pipe:  # long rows over several blocks, pipelined
-            kernel, p, smem = pipe
-            db_by_reduce, nrg = False, p.grid // p.parts
-            dw_part = call.empty((nrg, n), acc) if want_w else None
-            db_part = call.empty((nrg, n), acc) if want_b else None
-            rw.launch_pipelined(call, SOURCE, kernel, p,
-                                (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"],
-                                 rw.ptr(dw_part), rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n,
-                                 np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts)), smem, k=2)
-        elif ring or shared:  # a CTA or a cluster a row, one partial row per row group
-            if ring:
-                cl, threads, form, pk, smem = ring
-                name, extra, warps = _ring(dtype, mode, from_output, cl, form, pk), (), False
-            else:
-                cl, threads, spacks, chunk, smem, stage, full, warps = shared
-                name = _shared(dtype, mode, from_output, cl, stage, full, warps)
-                extra = (np.int64(chunk), np.int32(spacks))
-            kernel = SOURCE.kernel(name, smem)
-            resident = (resident_blocks(kernel, threads, smem) if cl == 1 else
-                        max_active_clusters(kernel, threads, smem, cl))
-            groups = min(ceil_div(rows, threads // 32) if warps else rows, resident)  # warp rows: a row a warp
-            db_by_reduce, nrg = False, groups
-            dw_part = call.empty((nrg, n), acc) if want_w else None
-            db_part = call.empty((nrg, n), acc) if want_b else None
-            launch(kernel, cl * groups, threads,
-                   (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
-                    rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n) + extra, shared_mem=smem, cluster=cl)
-        elif rows and n and (sh := _backward_shifted(call, s2, d2, dx2, w, b, stats, rows, n, dtype, mode, from_output,
-                                                     want_w, want_b, al, variant)):
-            db_by_reduce, nrg, dw_part, db_part = False, *sh
-        elif rows and n:
-            packs = bwd_packs(dtype, mode, n)
-            args = dict(force=variant if variant == "block" else None, min_blocks=bwd_min_blocks(dtype, packs),
-                        long_rows="exchange" if variant == "counter" else
-                        variant if variant in ("split", "exchange") else None)
-
-            # dbias from a column sum of dy instead of the kernel's accumulators (two-pack half form)
-            db_by_reduce = (want_b and packs == 2 and rw.ITEMSIZE[dtype] == 2 and mode == "layer_norm"
-                            and DB_BY_REDUCE["on"])
-
-            def planned(stage, group=0, full=False):
-                """(kernel, plan, dynamic shared bytes): at most 32 KB, no attribute to raise."""
-                name = _bwd(dtype, mode, from_output, stage, packs, db=not db_by_reduce, group=group, full=full)
-                kernel = SOURCE.kernel(name)
-                smem = ((lambda t: 2 * packs * t * 16) if stage  # the next row's two inputs
-                        else (lambda t: bwd_smem(dtype, t, packs=packs)))
-                p = rw.plan(rows, n, dtype, bwd_maxp(dtype, packs), bwd_threads(dtype, packs),
-                            current().sm_count, persistent=True, occupancy=rw.occupancy(kernel, name, smem), **args)
-                return kernel, p, max(smem(p.threads) if stage else 0, bwd_smem(dtype, p.threads, p.group, packs))
-
-            kernel, p, smem = planned(False)
-            if STAGE_BWD["on"] and al and p.path != "subwarp" and p.threads == 1024:
-                kernel, p, smem = planned(True)  # a block alone on its SM: the next row staged
-            elif SHORT_BWD.get(dtype) == packs and (g := rw.short_group(p, dtype, al, variant)):
-                # FULL rows as the forwards' (the plan's group and packs do not depend on the kernel's occupancy);
-                # planned with its own occupancy: the persistent grid may differ
-                full = rw.FULL_ROWS["on"] and rw.whole_rows(p, dtype, bwd_maxp(dtype, packs))
-                kernel, p, smem = planned(stage_short_bwd(dtype, mode, g, full), g, full)
-            counter = variant == "counter" or (variant == "auto" and COUNTER_EXCHANGE["bwd"])
-            sync, slots = rw.exchange_buffers(call, p, dtype, counter=counter)
-            nrg = p.grid // p.parts
-            dw_part = call.empty((nrg, n), acc) if want_w else None
-            db_part = call.empty((nrg, n), acc) if want_b and not db_by_reduce else None
-            pipelined = PIPELINE_BWD["on"] and smem and p.threads == 1024 and p.group == p.threads and p.parts == 1
-            if pipelined:  # same plan (a resident grid of one-row blocks) and staging as the staged norm_bwd
-                SOURCE.kernel(_pipelined(dtype, mode, from_output))(
-                    (p.grid,), (p.threads,),
-                    (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
-                     rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n, np.int32(p.packs)), shared_mem=smem)
-            for phase in () if pipelined else rw.phases(p, counter):
-                last = phase != 1  # the column partials come from the launch that writes dx
-                kernel((p.grid,), (p.threads,),
-                       (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"],
-                        rw.ptr(dw_part if last else None), rw.ptr(db_part if last else None), np.int64(rows),
-                        np.int64(n), inv_n, np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts),
-                        np.int32(al), np.int32(phase), sync, slots),
-                       shared_mem=smem)
-            if db_by_reduce:
-                from .reduce import reduce_impl
-
-                reduce_impl("sum", d2, axis=0, out=db)  # float sums in a fixed order: deterministic
-        if rows and n:
-            if want_w or (want_b and not db_by_reduce):
-                ys, cw, tw = column_sum_shape(nrg, n, current().sm_count)
-                launch(SOURCE.kernel(_colsum(dtype, cw, ys, tw)), (ceil_div(n, tw * cw), 2), (32, ys),
-                       (rw.ptr(dw_part) if want_w else rw.ptr(db_part), rw.ptr(db_part) if want_w else np.uint64(0),
-                        rw.ptr(dw) if want_w else rw.ptr(db), rw.ptr(db) if want_w else np.uint64(0),
-                        np.int64(nrg), np.int64(n)), after_previous=COLUMN_SUM_AFTER["on"] and current().cc >= 90)
-        else:
-            for a in (dw, db):
-                if a is not None:
-                    a.fill(0)
-        return tuple(None if a is None else call.result(a) for a in (dx, dw, db))
-
-
-def _backward_shifted(call, s2, d2, dx2, w, b, stats, rows, n, dtype, mode, from_output, want_w, want_b, al, variant):
-    """The backward on shifted rows (norm_bwd's SHIFT instances) where they apply, as _forward_shifted: launched, its
-    (partial rows, dweight partials, dbias partials); else None."""
-    V = rw.vec(dtype)
-    if not (dtype in SHIFTED_BWD_DTYPES and rw.shifted_rows(n, dtype, al, variant, s2, d2, dx2, w, b)):
-        return None
-    packs = 1
-
-    def planned(group=0):
-        name = _bwd(dtype, mode, from_output, packs=packs, group=group, shift=True)
-        kernel = SOURCE.kernel(name)
-        smem = lambda t: bwd_smem(dtype, t, packs=packs)  # noqa: E731  (the column sums by group, the slots)
-        return kernel, rw.plan(rows, n + V - 1, dtype, bwd_maxp(dtype, packs), bwd_threads(dtype, packs),
-                               current().sm_count, persistent=True, occupancy=rw.occupancy(kernel, name, smem),
-                               min_blocks=bwd_min_blocks(dtype, packs))
-
-    if rw.plan(rows, n + V - 1, dtype, bwd_maxp(dtype, packs), bwd_threads(dtype, packs), current().sm_count).parts > 1:
-        return None
-    kernel, p = planned()
-    smem = None
-    if p.path == "subwarp" and dtype in SHORT_BWD and (g := rw.short_group(p, dtype, 1, variant)):
-        kernel, p = planned(g)  # the group compiled in, with its own occupancy
-    elif p.threads == 1024 and STAGE_BWD["on"]:  # a block row alone on its SM: the next row staged, as aligned rows
-        kernel, smem = SOURCE.kernel(_bwd(dtype, mode, from_output, True, packs=1, shift=True)), 2 * p.threads * 16
-    smem = bwd_smem(dtype, p.threads, p.group, packs) if smem is None else smem
-    gpb = p.threads // p.group if p.group <= 32 else 1
-    grid = p.grid
-    if grid * gpb < rows:  # a group takes several rows: stepped by a multiple of V, all start at the same head
-        unit = V // math.gcd(gpb, V)
-        grid = grid // unit * unit
-    dw_part = call.empty((grid, n), rw.ACC[dtype]) if want_w else None
-    db_part = call.empty((grid, n), rw.ACC[dtype]) if want_b else None
-    inv_n = rw.ACC_SCALAR[rw.ACC[dtype]](1.0 / n)
-    kernel((grid,), (p.threads,),
-           (s2, d2, dx2, rw.ptr(w), rw.ptr(b), rw.ptr(stats.get("mean")), stats["rstd"], rw.ptr(dw_part),
-            rw.ptr(db_part), np.int64(rows), np.int64(n), inv_n, np.int64(p.chunk), np.int32(p.group),
-            np.int32(p.packs), np.int32(1), np.int32(0), np.int32(0), np.uint64(0), np.uint64(0)),
-           shared_mem=smem)
-    return grid, dw_part, db_part
-
-
-def _copy(call, a, dtype):
-    out = call.empty(a.shape, dtype)
-    out[...] = a
-    return out
+    kind = kind_of(dy, op, "dy")
+    device = kind.device(dy)
+    if kind.current_device() != device:
+        with kind.on_device(device):
+            return norm_backward_impl(dy, src, weight, bias, mean, rstd, mode, from_output, need_dw, need_db)
+    key = (op, bool(from_output), bool(need_dw), bool(need_db), dy.dtype, dy.shape, kind.strides(dy),
+           kind.ptr(dy) & 15, device, _array_key(kind, src), _array_key(kind, weight), _array_key(kind, bias),
+           _array_key(kind, mean), _array_key(kind, rstd))
+    e = PLANS.get(key)
+    if e is None:
+        e = PLANS.put(key, _build_backward(kind, op, dy, src, weight, bias, mean, rstd, mode, from_output, need_dw,
+                                           need_db, device))
+    if e.copy_dy:
+        dy = kind.as_contiguous(dy)
+    if e.copy_src:
+        src = kind.as_contiguous(src)
+    dx = kind.empty_like(src)
+    dw = kind.empty((e.n,), e.dtype, device) if e.want_w else None
+    db = kind.empty((e.n,), e.dtype, device) if e.want_b else None
+    if e.plan is not None:
+        e.plan.run((kind.ptr(src), kind.ptr(dy), kind.ptr(dx), 0 if weight is None else kind.ptr(weight),
+                    0 if bias is None else kind.ptr(bias), kind.ptr(mean) if e.want_mean else 0, kind.ptr(rstd),
+                    0 if dw is None else kind.ptr(dw), 0 if db is None else kind.ptr(db)),
+                   kind.stream(device), kind.alloc(device) if e.plan.workspaces else None)
+    else:  # no rows or no columns: sums of nothing
+        for a in (dw, db):
+            if a is not None:
+                kind.fill(a, 0)
+    return dx, dw, db
