@@ -41,8 +41,11 @@ def test_parameter_block_holds_every_argument_at_its_address():
 
 
 def test_pointers_in_call_order_pack_directly():
+    from cupy_kernels._runtime.launch import Plan
+
     launch = _Launch(0, (1, 1, 1), (1, 1, 1), 0, (Buffer(0), Buffer(1), np.int64(3)), 1, False, "k")
-    assert launch.identity
+    assert Plan([launch], [], 2, 0).single is launch and launch.identity
+    assert not Plan([launch], [], 3, 0).launches[0].identity  # a call passing a pointer this launch does not take
     launch.pack(launch._blob, 0, 11, 22)
     assert param_bytes(launch, 0, 8) == struct.pack("<Q", 11) and param_bytes(launch, 1, 8) == struct.pack("<Q", 22)
     assert param_bytes(launch, 2, 8) == struct.pack("<q", 3)

@@ -175,7 +175,7 @@ class _Launch:
         self.params = (ctypes.c_void_p * max(len(args), 1))(*[base + offsets[i] for i in range(len(args))])
         self.params_ptr = ctypes.addressof(self.params)
         self.pointer_indices = tuple(j for _, j in pointers)
-        self.identity = self.pointer_indices == tuple(range(len(pointers)))  # the call passes them in order
+        self.identity = False  # the plan sets it: whether the call's pointers are exactly these, in order
         self.pack = struct.Struct(f"<{len(pointers)}Q").pack_into
         self.lock = threading.Lock()
         self.config = None
@@ -230,6 +230,8 @@ class Plan:
         self.workspaces = tuple(workspaces)
         self.nbuffers = nbuffers
         self.device = device
+        for launch in self.launches:  # a launch may pack the call's pointers as they come
+            launch.identity = launch.pointer_indices == tuple(range(nbuffers + len(self.workspaces)))
         self.single = self.launches[0] if len(self.launches) == 1 and not self.workspaces else None
 
     def run(self, pointers, stream: int, alloc=None):

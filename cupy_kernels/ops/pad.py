@@ -152,9 +152,12 @@ def constant_bits(np_dtype, constant_values, ndim, pads):
     bits = []
     for (lo, hi), (b, a) in zip(values, pads):
         for v, w in ((lo, b), (hi, a)):
-            cell = np.zeros(1 if w else 0, dtype=np_dtype)
+            if not w or (type(v) in (int, float, bool) and v == 0 and math.copysign(1.0, v) > 0):
+                bits.append(0)  # zero's bits are zero in every dtype (and torch.compile need not trace NumPy)
+                continue
+            cell = np.zeros(1, dtype=np_dtype)
             cell[:] = v  # numpy.pad does padded[pad area] = value: the same cast, the same errors
-            bits.append(int(cell.view(f"u{size}")[0]) if w else 0)
+            bits.append(int(cell.view(f"u{size}")[0]))
     return bits
 
 

@@ -170,7 +170,7 @@ def _plan(op, kind, x, axis, keepdims, device) -> _Entry:
     shape = output_shape(tuple(x.shape), axes, keepdims)
     out_dtype = result_dtype(op, dtype)
     count = math.prod(x.shape[a] for a in axes)
-    if ndim == 0 or math.prod(shape) == 0 or count == 0:
+    if not axes or math.prod(shape) == 0 or count == 0:
         return _Entry(shape, out_dtype, None, None)  # no kernel: _degenerate
     kept = [a for a in range(ndim) if a not in axes]
     together = list(axes) == list(range(axes[0], axes[0] + len(axes)))
@@ -204,11 +204,12 @@ def is_contiguous(shape, strides) -> bool:
 
 
 def _degenerate(op, kind, x, e: _Entry, out):
-    """Results that need no kernel: a 0-d input (its value), an empty output, a reduction over nothing."""
+    """Results that need no kernel: no axis reduced (a 0-d input, or axis=()): the input in the result dtype; an empty
+    output; a reduction over no element."""
     y = out if out is not None else kind.empty(e.shape, e.dtype, kind.device(x))
     if math.prod(e.shape) == 0:
         return y
-    if len(x.shape) == 0:
+    if tuple(e.shape) == tuple(x.shape) and math.prod(x.shape) > 0 or len(x.shape) == 0:
         if kind is CUPY:
             y[...] = x.astype(y.dtype)
         else:
