@@ -104,8 +104,34 @@ SOURCE.declare([flat_name(m, s) for m in range(4) for s in UNSIGNED_CTYPES]
 
 # ---- arguments, exactly as numpy.pad reads them ---------------------------------------------------
 
+def _scalar(v) -> bool:
+    return type(v) in (int, float)
+
+
+def _python_pairs(x, ndim):
+    """_as_pairs for the common Python forms (a number, a pair, one pair per axis) without NumPy, which
+    torch.compile would trace as tensors; None for any other form."""
+    if _scalar(x):
+        return [(x, x)] * ndim
+    if type(x) not in (tuple, list):
+        return None
+    if len(x) == 1 and _scalar(x[0]):
+        return [(x[0], x[0])] * ndim
+    if len(x) == 2 and _scalar(x[0]) and _scalar(x[1]):
+        return [(x[0], x[1])] * ndim
+    if len(x) == 1 and type(x[0]) in (tuple, list):
+        x = list(x) * ndim
+    if len(x) == ndim and all(type(p) in (tuple, list) and len(p) == 2 and _scalar(p[0]) and _scalar(p[1])
+                              for p in x):
+        return [(p[0], p[1]) for p in x]
+    return None
+
+
 def _as_pairs(x, ndim, as_index=False):
     """numpy.pad's broadcast of pad_width / constant_values to ndim (before, after) pairs."""
+    pairs = _python_pairs(x, ndim)
+    if pairs is not None and (not as_index or all(type(v) is int and v >= 0 for p in pairs for v in p)):
+        return pairs
     x = np.array(x)
     if as_index:
         x = np.round(x).astype(np.intp, copy=False)
@@ -156,7 +182,7 @@ def constant_bits(np_dtype, constant_values, ndim, pads):
                 bits.append(0)  # zero's bits are zero in every dtype (and torch.compile need not trace NumPy)
                 continue
             cell = np.zeros(1, dtype=np_dtype)
-            cell[:] = v  # numpy.pad does padded[pad area] = value: the same cast, the same errors
+            cell[:] = np.array(v)  # numpy.pad assigns np.array(value) to the pad area: the same cast, the same errors
             bits.append(int(cell.view(f"u{size}")[0]))
     return bits
 

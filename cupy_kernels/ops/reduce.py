@@ -231,8 +231,8 @@ def reduce_impl(op, x, axis=None, keepdims=False, out=None):
         with kind.on_device(device):
             return reduce_impl(op, x, axis, keepdims, out)
     ptr = kind.ptr(x)
-    key = (op, x.dtype, x.shape, kind.strides(x), axis if axis is None or isinstance(axis, int) else tuple(axis),
-           keepdims, ptr & 15, device)
+    key = (op, x.dtype, x.shape, kind.strides(x), axis if axis is None or type(axis) is int else
+           tuple(axis) if type(axis) in (tuple, list) else ("axis", axis), keepdims, ptr & 15, device)
     e = PLANS.get(key)
     if e is None:
         e = PLANS.build(key, device, _plan, op, kind, x, axis, keepdims, device)

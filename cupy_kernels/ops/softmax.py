@@ -329,6 +329,8 @@ def _run(op, direction, mode, variant, arrays, axis):
         key = (direction, mode, variant, first.dtype, first.shape, kind.strides(first), axis, ptr & 15, device)
     else:
         dy = arrays[1]
+        if type(dy) is not type(first):  # (a kind check the key needs before it reads dy)
+            check_like(kind, dy, op, "dy", device)
         key = (direction, mode, variant, first.dtype, first.shape, kind.strides(first), axis, ptr & 15, device,
                dy.dtype, dy.shape, kind.strides(dy), kind.ptr(dy) & 15, kind.device(dy))
     e = PLANS.get(key)
