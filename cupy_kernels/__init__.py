@@ -10,6 +10,11 @@ from .api import (layer_norm, layer_norm_, layer_norm_backward, layer_norm_forwa
                   log_softmax_backward, max, mean, min, pad, rms_norm, rms_norm_, rms_norm_backward, rms_norm_forward,
                   softmax, softmax_, softmax_backward, square_matmul_, sum, sum_ladder, timex, timex_backward)
 
+import sys as _sys
+
+if "torch" in _sys.modules:  # torch's side registers its custom ops now, not in a torch caller's first call
+    from . import torch_ops as _torch_ops  # noqa: F401
+
 __version__ = "0.1.0"
 __all__ = ["KernelCompileError", "pad", "sum", "mean", "max", "min", "sum_ladder",
            "softmax", "log_softmax", "softmax_", "softmax_backward", "log_softmax_backward",
