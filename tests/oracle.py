@@ -155,6 +155,8 @@ def pad_index(shape, pad_width, mode, stagger=0) -> np.ndarray:
     """Flat source index of every output element of numpy.pad(x, pad_width, mode) (-1: the constant), or of
     the brick tiling (the last two axes tile a brick lattice, leading axes wrap)."""
     idx = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    if idx.ndim == 0:
+        return idx
     if mode == "constant":
         return np.pad(idx, pad_width, mode="constant", constant_values=-1)
     if mode != "brick":
@@ -171,9 +173,13 @@ def pad_index(shape, pad_width, mode, stagger=0) -> np.ndarray:
 
 def pad_ref(x: np.ndarray, pad_width, mode, constant_values=0, stagger=0) -> np.ndarray:
     """Forward by gathering through pad_index (any dtype; constant_values cast as numpy.pad does)."""
+    if x.ndim == 0:
+        return x.copy()
     if mode == "constant":
         return np.pad(x, pad_width, mode="constant", constant_values=constant_values)
-    return x.reshape(-1)[pad_index(x.shape, pad_width, mode, stagger)] if x.size else np.pad(x, pad_width, mode)
+    if x.size == 0:  # no empty axis may be extended: the output is empty too
+        return np.empty(tuple(n + a + b for n, (a, b) in zip(x.shape, pad_width)), dtype=x.dtype)
+    return x.reshape(-1)[pad_index(x.shape, pad_width, mode, stagger)]
 
 
 def pad_backward_ref(shape, pad_width, mode, g: np.ndarray, stagger=0) -> np.ndarray:
