@@ -25,8 +25,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 import cupy_kernels as ck  # noqa: E402
 from conftest import HAS_GPU, HAS_TORCH_CUDA, TOL, gpu, torch  # noqa: E402
-from oracle import (assert_close, norm_backward_ref, norm_dx_scale, norm_ref, pad_backward_ref, pad_ref,  # noqa: E402
-                    softmax_backward_ref, softmax_ref, timex_backward_ref, timex_ref)
+from oracle import (assert_close, f64, make_values, norm_backward_ref, norm_dx_scale, norm_ref, np_dtype,  # noqa: E402
+                    pad_backward_ref, pad_ref, softmax_backward_ref, softmax_ref, timex_backward_ref, timex_ref,
+                    to_host)
 
 DEV = "cuda"
 CASES = int(os.environ.get("CK_FUZZ_CASES", "200"))
@@ -48,30 +49,6 @@ def allowed(options, tags=None):
 
 
 # ---- values and layouts --------------------------------------------------------------------------------
-
-
-def np_dtype(dtype: str):
-    if dtype == "bfloat16":
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(dtype)
-
-
-def make_values(rng, shape, dtype, scale=1.0, shift=0.0):
-    """Host values exactly as `dtype` holds them, in the dtype itself (ml_dtypes for bfloat16)."""
-    if dtype == "bool":
-        return rng.random(shape) < 0.5
-    if dtype == "complex64":
-        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
-    if dtype.startswith(("int", "uint")):
-        info = np.iinfo(dtype)
-        return rng.integers(max(info.min, -100), min(info.max, 100), size=shape, endpoint=True).astype(dtype)
-    return (rng.standard_normal(shape) * scale + shift).astype(np_dtype(dtype))
-
-
-def f64(a) -> np.ndarray:
-    return np.asarray(a).astype(np.float64)
 
 
 POISON = {"bool": True}
@@ -202,18 +179,6 @@ def draw_shape(data, min_nd=0, max_nd=4, min_last=0, max_last=300_000, max_elems
         shape.insert(0, d)
         budget = max(budget // max(d, 1), 1)
     return tuple(shape)
-
-
-def to_host(a) -> np.ndarray:
-    """A device result on the host in its own dtype (bfloat16 through float32)."""
-    if torch is not None and isinstance(a, torch.Tensor):
-        a = a.detach()
-        if a.dtype == torch.bfloat16:
-            return a.float().cpu().numpy().astype(np_dtype("bfloat16"))
-        return a.cpu().numpy()
-    import cupy
-
-    return cupy.asnumpy(a)
 
 
 # ---- reductions --------------------------------------------------------------------------------------
