@@ -62,6 +62,63 @@ def assert_equal(got, want, what: str = "") -> None:
     assert np.array_equal(g, w, equal_nan=True), f"{what}: not bit-equal (max |diff| {np.nanmax(np.abs(g - w))})"
 
 
+# ---- values ----------------------------------------------------------------------------------------------
+
+
+def np_dtype(dtype: str):
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
+
+
+def make_values(rng, shape, dtype, scale=1.0, shift=0.0):
+    """Host values exactly as `dtype` holds them, in the dtype itself (ml_dtypes for bfloat16)."""
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype == "complex64":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
+    if dtype.startswith(("int", "uint")):
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -100), min(info.max, 100), size=shape, endpoint=True).astype(dtype)
+    return (rng.standard_normal(shape) * scale + shift).astype(np_dtype(dtype))
+
+
+def f64(a) -> np.ndarray:
+    return np.asarray(a).astype(np.float64)
+
+
+def to_host(a) -> np.ndarray:
+    """A device result on the host in its own dtype (bfloat16 through float32)."""
+    if torch is not None and isinstance(a, torch.Tensor):
+        a = a.detach()
+        if a.dtype == torch.bfloat16:
+            return a.float().cpu().numpy().astype(np_dtype("bfloat16"))
+        return a.cpu().numpy()
+    import cupy
+
+    return cupy.asnumpy(a)
+
+
+def on_device(lib: str, values: np.ndarray, offset: int = 0, device: str = "cuda"):
+    """Host values (exact, in their dtype) on the device, `offset` elements into a fresh buffer (offset 1: a base
+    pointer off every vector boundary), C-contiguous; `lib` 'torch' or 'cupy'."""
+    values = np.asarray(values)
+    flat = np.zeros(values.size + offset, dtype=values.dtype)
+    flat[offset:] = values.reshape(-1)
+    if lib == "torch":
+        name = values.dtype.name
+        carrier = flat.astype(np.float32) if name == "bfloat16" else flat
+        buf = torch.from_numpy(carrier).to(device, getattr(torch, "bool" if name == "bool" else name))
+        return buf[offset:].view(values.shape)
+    import cupy
+
+    with cupy.cuda.Device(int(device.split(":")[1]) if ":" in device else cupy.cuda.Device().id):
+        buf = cupy.asarray(flat)
+    return buf[offset:].reshape(values.shape)
+
+
 # ---- float64 references (NumPy) ------------------------------------------------------------------
 
 
@@ -155,6 +212,8 @@ def pad_index(shape, pad_width, mode, stagger=0) -> np.ndarray:
     """Flat source index of every output element of numpy.pad(x, pad_width, mode) (-1: the constant), or of
     the brick tiling (the last two axes tile a brick lattice, leading axes wrap)."""
     idx = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    if idx.ndim == 0:
+        return idx
     if mode == "constant":
         return np.pad(idx, pad_width, mode="constant", constant_values=-1)
     if mode != "brick":
@@ -171,9 +230,13 @@ def pad_index(shape, pad_width, mode, stagger=0) -> np.ndarray:
 
 def pad_ref(x: np.ndarray, pad_width, mode, constant_values=0, stagger=0) -> np.ndarray:
     """Forward by gathering through pad_index (any dtype; constant_values cast as numpy.pad does)."""
+    if x.ndim == 0:
+        return x.copy()
     if mode == "constant":
         return np.pad(x, pad_width, mode="constant", constant_values=constant_values)
-    return x.reshape(-1)[pad_index(x.shape, pad_width, mode, stagger)] if x.size else np.pad(x, pad_width, mode)
+    if x.size == 0:  # no empty axis may be extended: the output is empty too
+        return np.empty(tuple(n + a + b for n, (a, b) in zip(x.shape, pad_width)), dtype=x.dtype)
+    return x.reshape(-1)[pad_index(x.shape, pad_width, mode, stagger)]
 
 
 def pad_backward_ref(shape, pad_width, mode, g: np.ndarray, stagger=0) -> np.ndarray:
