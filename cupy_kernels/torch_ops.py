@@ -9,9 +9,12 @@ from typing import Optional
 
 import torch
 
+from ._runtime.bridge import bind_torch
+
 from .ops import reduce as _reduce
 
 
+bind_torch(torch)  # here, at import: nothing a traced call runs mutates module state
 _is_compiling = torch.compiler.is_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a Parameter is a plain tensor to the kernels (no __torch_function__)

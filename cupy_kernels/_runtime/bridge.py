@@ -185,12 +185,21 @@ TORCH, CUPY = _Torch(), _Cupy()
 _tensor_type = None  # torch.Tensor, once torch is imported
 
 
+def bind_torch(torch) -> None:
+    """Bind TORCH to torch's functions and name its dtypes (torch_ops does it at import)."""
+    global _tensor_type
+    if _tensor_type is None:
+        from .dtypes import register_torch
+
+        TORCH.bind(torch)
+        register_torch(torch)
+        _tensor_type = torch.Tensor
+
+
 def kind_of(x, op: str, name: str = "x"):
     """TORCH or CUPY for the op's primary input, which must be a CUDA tensor or a CuPy array."""
-    global _tensor_type
     if _tensor_type is None and "torch" in sys.modules:
-        TORCH.bind(sys.modules["torch"])
-        _tensor_type = sys.modules["torch"].Tensor
+        bind_torch(sys.modules["torch"])
     if _tensor_type is not None and isinstance(x, _tensor_type):
         if not x.is_cuda:
             raise TypeError(f"{op}: {name} must be a CUDA tensor; got {describe(x)}")

@@ -109,10 +109,38 @@ def memset_zero(ptr: int, nbytes: int, stream: int) -> None:
                                 ctypes.c_void_p(stream)), f"zeroing {nbytes} bytes at 0x{ptr:x}")
 
 
-def launch_kernel(*args) -> None:
-    """cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, kernel_params, extra), all ints."""
+def launch_kernel(launch, stream: int) -> None:
+    """cuLaunchKernel of a planned launch (launch.py's _Launch) on `stream`. Through cupy_backends' Cython binding
+    where CuPy is loaded already (a fraction of a microsecond), else through ctypes: that binding's first call
+    imports CuPy, a large part of a second a torch caller would pay in its first call."""
     global launch_kernel
-    from cupy_backends.cuda.api import driver
+    import sys
 
-    launch_kernel = driver.launchKernel
-    launch_kernel(*args)
+    if "cupy" in sys.modules:
+        from cupy_backends.cuda.api import driver
+
+        cython = driver.launchKernel
+
+        def by_cython(L, stream):
+            g, b = L.grid, L.block
+            cython(L.fn, g[0], g[1], g[2], b[0], b[1], b[2], L.smem, stream, L.params_ptr, 0)
+
+        launch_kernel = by_cython
+    else:
+        c_launch = lib().cuLaunchKernel
+        streams = {}
+
+        def by_ctypes(L, stream):
+            s = streams.get(stream)
+            if s is None:
+                if len(streams) > 4096:
+                    streams.clear()
+                s = streams[stream] = ctypes.c_void_p(stream)
+            g, b = L.grid, L.block
+            rc = c_launch(L.fn_c, g[0], g[1], g[2], b[0], b[1], b[2], L.smem, s, L.params_c, None)
+            if rc:
+                raise CudaError(f"launching {L.name} (grid {L.grid}, block {L.block}, {L.smem} bytes of shared "
+                                f"memory) failed: {error_name(rc)}", rc)
+
+        launch_kernel = by_ctypes
+    launch_kernel(launch, stream)

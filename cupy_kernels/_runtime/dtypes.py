@@ -60,3 +60,10 @@ def dtype_name(x) -> str:
         s = str(dt)
         name = _NAMES[dt] = s[6:] if s.startswith("torch.") else np.dtype(dt).name
     return name
+
+
+def register_torch(torch) -> None:
+    """Name every torch dtype now (at import, not inside a call that torch.compile may be tracing)."""
+    for dt in vars(torch).values():
+        if isinstance(dt, torch.dtype) and dt not in _NAMES:
+            _NAMES[dt] = str(dt)[6:]

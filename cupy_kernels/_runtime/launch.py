@@ -174,6 +174,7 @@ class _Launch:
         base = ctypes.addressof(self.buffer)
         self.params = (ctypes.c_void_p * max(len(args), 1))(*[base + offsets[i] for i in range(len(args))])
         self.params_ptr = ctypes.addressof(self.params)
+        self.params_c, self.fn_c = ctypes.c_void_p(self.params_ptr), ctypes.c_void_p(fn)
         self.pointer_indices = tuple(j for _, j in pointers)
         self.identity = False  # the plan sets it: whether the call's pointers are exactly these, in order
         self.pack = struct.Struct(f"<{len(pointers)}Q").pack_into
@@ -192,8 +193,7 @@ class _Launch:
                 raw = d.fn(*[pointers[j] for j in d.indices])
                 self._blob[off:off + len(raw)] = raw
             if self.config is None:
-                g, b = self.grid, self.block
-                driver.launch_kernel(self.fn, g[0], g[1], g[2], b[0], b[1], b[2], self.smem, stream, self.params_ptr, 0)
+                driver.launch_kernel(self, stream)
                 return
             cfg = self.config[0]
             cfg.hStream = stream
