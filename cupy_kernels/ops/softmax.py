@@ -302,8 +302,10 @@ def _build(kind, direction, mode, variant, arrays, axis, device, op) -> _Entry:
     n = shape[ax] if ndim else 1
     rows = size // n
     moved = ax if ndim and ax != ndim - 1 else None
-    # the arrays the kernels read: the inputs themselves when C-contiguous with the axis last, else fresh copies
-    aligns = [alignment(kind.ptr(a)) if moved is None and kind.contiguous(a) else 256 for a in arrays]
+    # the arrays the kernels read: the inputs themselves where C-contiguous with the axis last (a moved view of
+    # size-one axes can be: .contiguous() returns it as it is), else fresh copies (256-byte aligned)
+    aligns = [alignment(kind.ptr(a)) if kind.contiguous(a if moved is None else _moved_view(kind, a, moved)) else 256
+              for a in arrays]
     aligns.append(aligns[0] if direction == "inplace" else 256)
     b = PlanBuilder(device, aligns)
     *srcs, out = b.buffers
@@ -363,12 +365,16 @@ def _run(op, direction, mode, variant, arrays, axis):
     return y
 
 
-def _moved_last(kind, a, axis):
+def _moved_view(kind, a, axis):
     if kind is CUPY:
         import cupy
 
-        return cupy.ascontiguousarray(cupy.moveaxis(a, axis, -1))
-    return a.movedim(axis, -1).contiguous()
+        return cupy.moveaxis(a, axis, -1)
+    return a.movedim(axis, -1)
+
+
+def _moved_last(kind, a, axis):
+    return kind.as_contiguous(_moved_view(kind, a, axis))
 
 
 def _move_back(kind, a, axis):
