@@ -9,6 +9,9 @@ square_matmul_ (SIMT, mma, wgmma / TMA variants, transposed, unaligned, linear_ 
     python scripts/sanitize.py                                  # every tool x every workload under the sanitizer
     python scripts/sanitize.py --tool memcheck --tool racecheck --only norm,pad --out benchmarks/sanitize-H100.md
 
+Calls on the same device and commit add their cells to the same table (a long sweep can be split over calls);
+--fresh starts a new one.
+
 The driver runs `compute-sanitizer --tool T --error-exitcode 1 python scripts/sanitize.py --workload W` for each
 (tool, workload) (racecheck with --small: fewer rows, the same row lengths and paths), reads the "ERROR SUMMARY: N
 errors" line, and writes a markdown table (and a JSON file beside it) with the device, the commit (git rev-parse
@@ -329,7 +332,7 @@ def square_matmul(step: Steps, small: bool):
                 if variant != "seed":
                     step(f"linear_ variant={variant} {dtype} n={n}", product, arr((m, n), dtype), w, True, b,
                          variant=variant, op="linear_")
-    step("square_matmul_ seed float32", sq, arr((m, 256), "float32"), arr((256, 256), "float32", scale=1 / 16), False,
+    step("square_matmul_ variant=seed float32", sq, arr((m, 256), "float32"), arr((256, 256), "float32", scale=1 / 16), False,
          None, variant="seed")
 
 
@@ -395,8 +398,9 @@ def run_one(sanitizer, tool, name, logs, timeout):
     found = SUMMARY.findall(out)
     raised = [ln for ln in out.splitlines() if ln.startswith("RAISED ")]
     skipped = [ln for ln in out.splitlines() if ln.startswith("SKIPPED ")]
+    finished = any(ln.startswith(f"WORKLOAD {name}:") for ln in out.splitlines())
     return {"tool": tool, "workload": name, "rc": rc, "errors": int(found[-1]) if found else None,
-            "seconds": round(secs, 1), "raised": raised, "skipped": skipped, "log": log}
+            "finished": finished, "seconds": round(secs, 1), "raised": raised, "skipped": skipped, "log": log}
 
 
 def cell(r) -> str:
@@ -407,6 +411,8 @@ def cell(r) -> str:
     if r["errors"] is None:
         return f"no summary (rc {r['rc']})"
     text = str(r["errors"])
+    if not r.get("finished", True):
+        text += f" (workload crashed, rc {r['rc']})"
     if r["raised"]:
         text += f" (+{len(r['raised'])} raised)"
     return text
@@ -416,7 +422,8 @@ def write_report(results, out, device, rev, tools, names):
     by = {(r["tool"], r["workload"]): r for r in results}
     lines = [f"# compute-sanitizer: {device}, {rev}", "",
              "`python scripts/sanitize.py`: compute-sanitizer errors per tool and workload (\"+N raised\": workload "
-             "steps that raised an exception; \"skipped\": steps whose host function or variant is gone).", "",
+             "steps that raised an exception; \"crashed\": the workload stopped before its end; \"skipped\": steps "
+             "whose host function or variant is gone).", "",
              "| workload | " + " | ".join(tools) + " |", "|---|" + "---:|" * len(tools)]
     for name in names:
         lines.append(f"| {name} | " + " | ".join(cell(by.get((t, name))) for t in tools) + " |")
@@ -441,6 +448,10 @@ def main(argv=None) -> int:
     p.add_argument("--logs", default=os.path.join("/tmp", "ck-sanitize-logs"), help="full logs, one per run")
     p.add_argument("--sanitizer", default=None, help="compute-sanitizer executable")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per (tool, workload)")
+    p.add_argument("--warm", action=argparse.BooleanOptionalAction, default=True,
+                   help="run each workload once without the sanitizer first (compiles its kernels)")
+    p.add_argument("--fresh", action="store_true",
+                   help="start a new table (default: keep the cells of earlier calls on this device and commit)")
     args = p.parse_args(argv)
     if args.workload:
         return run_workload(args.workload, args.small)
@@ -460,15 +471,32 @@ def main(argv=None) -> int:
     device, rev = device_name(), commit()
     out = args.out or os.path.join(ROOT, "benchmarks", f"sanitize-{device}.md")
     os.makedirs(args.logs, exist_ok=True)
+    planned = {(t, n) for t in tools for n in names}
+    kept = []  # the cells of earlier calls on this device and commit (a long sweep split over several calls)
+    previous = os.path.splitext(out)[0] + ".json"
+    if not args.fresh and os.path.exists(previous):
+        with open(previous) as f:
+            old = json.load(f)
+        if old.get("device") == device and old.get("commit") == rev:
+            kept = [r for r in old["results"] if (r["tool"], r["workload"]) not in planned]
+    if args.warm:  # compile every kernel the workloads use once, outside the sanitizer (CuPy's disk cache)
+        for name in names:
+            start = time.monotonic()
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--workload", name], cwd=ROOT,
+                               capture_output=True, text=True, timeout=args.timeout)
+            print(f"warm-up  {name:14s} rc {p.returncode} {time.monotonic() - start:7.1f} s", flush=True)
     results = []
     for tool in tools:
         for name in names:
             r = run_one(sanitizer, tool, name, args.logs, args.timeout)
             results.append(r)
             print(f"{tool:10s} {name:14s} {cell(r):24s} {r['seconds']:7.1f} s  {r['log']}", flush=True)
-            write_report(results, out, device, rev, tools, names)  # after each run: a partial table survives
+            every = kept + results
+            write_report(every, out, device, rev, [t for t in TOOLS if any(x["tool"] == t for x in every)],
+                         [n for n in WORKLOADS if any(x["workload"] == n for x in every)])  # a partial table survives
     print(f"wrote {out}")
-    bad = [r for r in results if r["rc"] is None or r["errors"] is None or r["errors"] or r["raised"]]
+    bad = [r for r in results if r["rc"] is None or r["errors"] is None or r["errors"] or r["raised"]
+           or not r["finished"]]
     return 1 if bad else 0
 
 

@@ -8,7 +8,8 @@ Hypothesis runs derandomized (the same cases on every run). A failure prints one
 shape, strides, dtype, axis and the key of the values' generator (`rng=`).
 
     CK_FUZZ_CASES=2000 pytest tests/test_fuzz.py     # the full sweep (default: 200 cases a family)
-    CK_FUZZ_AVOID=0d,no_axes,max_grad,...            # leave out draws that hit known bugs, to see past them
+    CK_FUZZ_AVOID=0d,no_axes,max_grad,inplace_grad   # leave out draws that hit known bugs, to see past them
+                                                     # (also: norm_grad, every norm autograd draw)
     CK_FUZZ_MAX_ELEMS=4194304                        # the bound on a case's elements (default 2^21)
 """
 from __future__ import annotations
@@ -368,7 +369,8 @@ def test_fuzz_norm(data):
     b = make_arg(data, lib, make_values(rng, (n,), dtype), dtype, C_CONTIGUOUS, "bias") if has_b else None
     names = ["x"] + (["weight"] if has_w else []) + (["bias"] if has_b else [])
     requires = set()
-    if lib == "torch" and form in ("out", "inplace"):
+    if lib == "torch" and form in ("out", "inplace") and "norm_grad" not in AVOID and not (
+            form == "inplace" and "inplace_grad" in AVOID):
         requires = set(data.draw(st.sets(st.sampled_from(names)), label="requires grad"))
     repro = (f"repro: {mode} form={form} eps={eps} scale={scale} shift={shift} {x.desc} "
              f"weight={has_w} bias={has_b} requires={sorted(requires)} rng={key}")
@@ -457,7 +459,7 @@ TIMEX_BACKWARD = {"float32": ("auto", "tiled", "tf32x3", "naive"), "float16": ("
 
 
 def rung_refuses(variant, B, T) -> bool:
-    """docs/timex.md: the seed rungs' preconditions (float32 only, drawn only for float32)."""
+    """docs/timex.md: the preconditions of the ladder's teaching rungs (float32 only, drawn only for float32)."""
     if variant == "shared":
         return T > 1024
     if variant == "float4":

@@ -294,6 +294,7 @@ def test_opdb_sample(key, dtype, index, desc):
     assert_close(y, ref, tol, what=what + " forward")
 
     diff = [i for i, t in enumerate(case.tensors) if t.requires_grad]
+    assert y.requires_grad == ref.requires_grad, f"{what}: requires_grad {y.requires_grad}, torch's {ref.requires_grad}"
     if not y.requires_grad or not diff or y.numel() == 0:
         return
     g = torch.randn(tuple(y.shape), device=DEV, dtype=torch.float64).to(y.dtype)
