@@ -199,6 +199,20 @@ def test_constant_values_cast_like_numpy():
         assert same_bits(P.reference(a, spec), ref), (dtype, cv)
 
 
+def test_python_arguments_need_no_numpy(monkeypatch):
+    """Pad widths and constants given as Python numbers are normalised without NumPy arrays (torch.compile traces
+    NumPy calls as tensor ops, and fails on the dtype views)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("NumPy array made")
+
+    monkeypatch.setattr(P.np, "asarray", refuse)
+    monkeypatch.setattr(P.np, "array", refuse)
+    for pw in (1, (2, 3), ((0, 0), (3, 2)), [[1, 2], [0, 4]]):
+        spec = P.normalize((4, 5), np.dtype("float32"), pw, "constant", 0)
+        assert spec.bits == [0, 0, 0, 0]
+        P.normalize((4, 5), np.dtype("float32"), pw, "reflect")
+
+
 def test_host_arrays_rejected():
     import cupy_kernels as ck
 

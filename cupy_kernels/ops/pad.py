@@ -165,6 +165,9 @@ def normalize_pad_width(pad_width, ndim):
                 raise ValueError(f"pad: pad_width key {axis!r} is not an axis of an array of {ndim} dimensions")
             seq[axis] = (width, width) if isinstance(width, (int, np.integer)) else tuple(width)
         pad_width = seq
+    pairs = _python_pairs(pad_width, ndim)  # Python ints: no NumPy (torch.compile would trace it as tensors)
+    if pairs is not None and all(type(v) is int and v >= 0 for p in pairs for v in p):
+        return pairs
     arr = np.asarray(pad_width)
     if arr.dtype.kind != "i":
         raise TypeError(f"pad: pad_width must be of integral type; got dtype {arr.dtype}")
