@@ -1,5 +1,5 @@
 // Reductions: sum / mean / max / min over rows, columns or everything; deterministic two-pass,
-// no floating-point atomics. Plus the seeds' ladder of full-sum kernels (float32, for teaching).
+// no floating-point atomics. Plus the original articles' ladder of full-sum kernels (float32, for teaching).
 #include "common/reduce.cuh"
 
 enum { OP_SUM = 0, OP_MEAN = 1, OP_MAX = 2, OP_MIN = 3 };
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(256, 4) reduce_cols(const T* __restrict__ x, O
   }
 }
 
-// ---- The ladder of seeds 003/004: full float32 sum, one partial per block, repeated until one
+// ---- The ladder of the original reduction articles: full float32 sum, one partial per block, repeated until one
 // value remains. Launch: 1-D grid, 256 threads; LADDER_BLOCK (512 for first-add rungs) inputs/block.
 constexpr int LADDER_THREADS = 256;
 
@@ -228,7 +228,7 @@ __global__ void ladder_first_add(const float* x, float* y, long long n) {
   if (tid == 0) y[blockIdx.x] = s[0];
 }
 
-// Rung 5, unrolled last warp: once 32 threads remain, skip __syncthreads. The seed relies on
+// Rung 5, unrolled last warp: once 32 threads remain, skip __syncthreads. The article relies on
 // implicit warp lockstep through a volatile pointer; since Volta that needs __syncwarp, added here.
 __global__ void ladder_unroll_warp(const float* x, float* y, long long n) {
   __shared__ float s[LADDER_THREADS];

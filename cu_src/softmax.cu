@@ -15,7 +15,7 @@ enum { SOFTMAX = 0, LOG_SOFTMAX = 1 };
 // in a fixed order: every block of the row gets the same result (deterministic). A part whose max is
 // -inf adds nothing (its own sum is NaN); a row all -inf keeps m = -inf -> NaN.
 // softmax_fwd takes this block-reduced form: the warp form (softmax_fwd_parts) made its float32 instance
-// spill 4 bytes at 64 registers, 65536x128 18.6 -> 19.6 us and 4096² 33.5 -> 34.6 (benchmarks/notes.md).
+// spill 4 bytes at 64 registers, 65536x128 18.6 -> 19.6 us and 4096² 33.5 -> 34.6 (H200).
 template <typename A>
 __device__ __forceinline__ void combine_softmax_parts(const A* s, int parts, A& m, A& sum, A* scratch) {
   A M = lowest<A>();
@@ -63,7 +63,7 @@ softmax_fwd(
   if (FULL) packs = MAXP;
   // softmax keeps exp(x - max) of its first KEEP packs from the sum for the output: one exp an element there,
   // not two. As many as fit the 64 registers unspilled: all of float32 / float64, one of a half type's four
-  // (two spilled and measured slower; benchmarks/notes.md); none on shifted rows (their stores' hand-over spilled).
+  // (two spilled and measured slower); none on shifted rows (their stores' hand-over spilled).
   constexpr int KEEP = MODE != SOFTMAX || SHIFT ? 0 : sizeof(T) == 2 ? 1 : MAXP;
   __shared__ A scratch_mem[2 * 2 * 32];
   RowScratch<A, 2> scratch{scratch_mem};  // one barrier a reduction

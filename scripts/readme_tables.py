@@ -3,7 +3,7 @@ README's markers (paste a block over the one of the same name):
   bench       device time of ours against the fastest torch / CuPy / Liger row, 2-3 cases an op, with the
               per-call wall time (host suite) of ours and torch beside each op's first case;
   first_call  the first call of a fresh process, empty and warm cache (float32 by default);
-  ladder      the seeds' full-sum ladder (reduce suite).
+  ladder      the original articles' full-sum ladder (reduce suite).
 
   python scripts/readme_tables.py [benchmarks/NVIDIA_H200.json] [--dtype float32]
 A bare file name is looked up in benchmarks/."""

@@ -320,8 +320,8 @@ def square_matmul(step: Steps, small: bool):
             raise Skip(f"variant {variant} runs on compute capability 9.0 only (this device: {cc})")
         sq(*args, variant=variant, **kw)
 
-    for variant in variants("square_matmul", "VARIANTS", ("auto", "tma_cluster", "tma", "tma_direct", "wgmma",
-                                                          "mma256", "mma128", "seed")):
+    for variant in variants("square_matmul", "VARIANTS", ("auto", "tma_cluster", "tma", "wgmma", "mma256",
+                                                          "warp_per_row")):
         for dtype in ("float16", "bfloat16"):
             for n in (256, 1024):
                 w, b = arr((n, n), dtype, scale=n ** -0.5), arr(n, dtype)
@@ -329,11 +329,11 @@ def square_matmul(step: Steps, small: bool):
                      variant=variant)
                 step(f"square_matmul_ variant={variant} {dtype} n={n} transposed", product, arr((m, n), dtype), w,
                      True, None, variant=variant)
-                if variant != "seed":
+                if variant != "warp_per_row":
                     step(f"linear_ variant={variant} {dtype} n={n}", product, arr((m, n), dtype), w, True, b,
                          variant=variant, op="linear_")
-    step("square_matmul_ variant=seed float32", sq, arr((m, 256), "float32"), arr((256, 256), "float32", scale=1 / 16), False,
-         None, variant="seed")
+    step("square_matmul_ variant=warp_per_row float32", sq, arr((m, 256), "float32"),
+         arr((256, 256), "float32", scale=1 / 16), False, None, variant="warp_per_row")
 
 
 def run_workload(name: str, small: bool) -> int:

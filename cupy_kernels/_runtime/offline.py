@@ -116,7 +116,7 @@ def compile_job(job: CompileJob) -> list[KernelReport]:
     mangled_to_name = {(v.decode() if isinstance(v, bytes) else v): k for k, v in code.symbol_mapping.items()}
     reports = parse_ptxas_log(text, mangled_to_name, job.filename, target)
     missing = [n for n in job.names if n not in reports]
-    if missing:  # what the log held, to tell an empty log from one the parser misread (benchmarks/notes.md)
+    if missing:  # what the log held, to tell an empty log from one the parser misread
         raise KernelCompileError(f"cu_src/{job.filename} for {target}: no ptxas report for {len(missing)} of "
                                  f"{len(job.names)} kernels (the log: {len(text)} characters, "
                                  f"{text.count('Compiling entry function')} entries; begins {text[:300]!r}): {missing}")

@@ -77,7 +77,7 @@ def pad_suite(quick: bool):
     from ..ops import pad as P
     from ..torch_ops import _pad_backward_op
 
-    # ---- brick, the case: tile 48x32 fp32, pads 2048 rows / 4096 columns a side, stagger 10
+    # ---- brick, the tile-padding case of the original preprocessing article: tile 48x32 fp32, pads 2048 rows / 4096 columns a side, stagger 10
     tile = torch.randn(*TILE, device="cuda")
     tc = to_cupy(tile)
     out_shape = (TILE[0] + 2 * BRICK_PADS[0][0], TILE[1] + 2 * BRICK_PADS[1][0])

@@ -1,4 +1,4 @@
-"""Reductions: full, row (axis=-1) and column (axis=0), with the seeds' ladder, vs torch and CuPy."""
+"""Reductions: full, row (axis=-1) and column (axis=0), with the original articles' ladder, vs torch and CuPy."""
 from __future__ import annotations
 
 import math

@@ -18,7 +18,6 @@ from . import EXPLICIT_ONLY, ROW_SUITES, load_suites
 from .tables import FIRST_CALL, HOST, first_call_table, host_tables, is_device_row, peer_kind
 from .timing import Timer, copy_bandwidth
 
-_peer_kind = peer_kind  # (scripts/issue4_table.py's name)
 ROW_WRITE_EVERY_S = 20.0  # a row suite's partial results reach the disk this often (a run cut short keeps them)
 
 

@@ -1,5 +1,5 @@
 """Softmax / log_softmax forward and backward (and softmax_ in place) vs torch (and Liger-Kernel's forward
-where it is installed), on the issue's shapes.
+where it is installed), on the benchmark shapes.
 Bytes: forward reads x and writes y once; backward reads y and dy and writes dx once."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ SHAPES = [((65536, 128), "float32"), ((32768, 1024), "float16"), ((4096, 4096), 
           ((8192, 8192), "bfloat16"), ((1024, 32768), "bfloat16"), ((256, 262144), "float32")]
 # Rows that are not whole 16-byte packs (shifted rows, docs/softmax.md): a short row, a vocabulary-sized one, a
 # float32 sub-warp one; and rows of one element (the elementwise kernel; its scalar-loads row is the row kernel).
-# The softmax suite only; not the issue's shapes.
+# The softmax suite only; beside the benchmark shapes.
 ODD_SHAPES = [((167772, 100), "bfloat16"), ((1024, 50257), "bfloat16"), ((508400, 33), "float32"),
               ((1 << 24, 1), "bfloat16")]
 

@@ -207,7 +207,7 @@ def readme_summary(rows) -> list[str]:
 
 
 def reduce_ladder(rows) -> list[str]:
-    """The seeds' full-sum ladder at 2^26 float32 (the README's ladder table)."""
+    """The original articles' full-sum ladder at 2^26 float32 (the README's ladder table)."""
     lines = ["| rung | ms | GB/s | of copy |", "|---|---:|---:|---:|"]
     for r in rows:
         if (r.get("suite"), r.get("op"), r.get("shape")) == ("reduce", "sum", str(1 << 26)) and r.get("ms") and (

@@ -4,7 +4,7 @@ The flush READS a 512 MB buffer: a write flush (triton's do_bench zeroes one) le
 lines whose write-back lands inside the next timed call (scripts/flush_ab.py measures the effect).
 After the flush a one-thread kernel waits `delay_us` on the device: the flush alone (~0.13 ms) did not
 cover the host time of a multi-launch call when the host was slow, and that host time then landed
-between the events (the norm rows' run-to-run swings, benchmarks/notes.md)."""
+between the events (the norm rows' run-to-run swings between runs)."""
 from __future__ import annotations
 
 import statistics
