@@ -326,7 +326,7 @@ def _first_call_rows():
 
 
 def test_peer_kind():
-    assert tables.peer_kind("liger (Triton)") == "liger" and report._peer_kind("torch F.pad") == "torch"
+    assert tables.peer_kind("liger (Triton)") == "liger" and tables.peer_kind("torch F.pad") == "torch"
     assert tables.peer_kind("torch fill_ (output size)") is None and tables.peer_kind("cupy.pad") == "cupy"
     assert tables.peer_kind("floor: the same bytes copied (torch copy_)") is None
 
