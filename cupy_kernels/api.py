@@ -121,7 +121,7 @@ def rms_norm(x, weight=None, eps=1e-6):
 
 def layer_norm_(x, weight=None, bias=None, eps=1e-5):
     """layer_norm written into x (C-contiguous); returns x. Under torch autograd the backward recomputes the
-    normalised input from the output, so weight must have no zero entry."""
+    normalised input from the output: a weight entry of exactly zero gives NaN gradients in its column."""
     if _tensor(x):
         return _torch_ops.layer_norm_(x, weight, bias, eps)
     return _norm.norm_forward_impl(x, weight, bias, eps, "layer_norm", inplace=True, save_stats=False)[0]
