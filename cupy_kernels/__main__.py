@@ -37,6 +37,10 @@ KNOWN_SPILLS = {
     **{("norm.cu", a, f"norm_bwd<half, {m}, {f}, true, 1, true, 0, false, true>"): 64
        for a in ARCHS for m in (0, 1) for f in (0, 1) if (m, f) != (0, 1)},  # (that one: above)
     **{("norm.cu", a, f"norm_fwd<{t}, 0, false, 0, false, true>"): 16 for a in ARCHS for t in ("half", "bfloat16")},
+    # At its 128-register bound ptxas (NVRTC 13.5) gave this one 127 registers and no spill in 7 of 8 compiles, and
+    # 128 registers and 92 bytes once (in a pool worker that had compiled other programs first; check now gives each
+    # program a fresh process): accepted so the check cannot flip on it; the spilling form is not timed on a GPU.
+    ("timex.cu", "sm_90", "timex_tiled<float, 8, 8, 4, true, 32, true>"): 96,
 }
 
 

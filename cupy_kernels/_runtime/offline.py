@@ -298,7 +298,12 @@ def compile_all(sources, archs, *, jobs: int | None = None, cache: bool = True, 
             # spawn, not fork: a forked child inherits the parent's threads' locks (torch's, tqdm's) mid-use.
             # A spawned child imports the caller's main script again: one without `if __name__ == "__main__"`
             # breaks the pool, and its programs compile here, one after another.
-            with futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            # A fresh process for each program (~1 s of start-up), so that a report does not depend on how the
+            # pool shared out the programs: timex_tiled<float, 8, 8, 4, true, 32, true> for sm_90, at its register
+            # bound, compiled once to 128 registers and a 92-byte spill in a worker that had compiled other
+            # programs first, and to 127 registers and none in every fresh process tried.
+            fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
+            with futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), **fresh) as pool:
                 pending = {pool.submit(compile_job, job): (job, key) for job, key in todo}
                 try:
                     while pending:
