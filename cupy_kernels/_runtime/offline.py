@@ -24,10 +24,10 @@ from pathlib import Path
 from .kernels import KernelCompileError
 from .sources import cuda_include_dir, read_source
 
-# NVRTC parses the whole file once per program (~0.3 s of CPU) and then spends ~0.1-0.5 s on each instance: 48
-# instances keep the parse near 5% of a program, and the ~70 programs of all files balance over the pool and
-# move the progress every few seconds.
-CHUNK_INSTANCES = 48
+# Each program costs ~1 s besides its instances (a fresh process, NVRTC's start, the file's parse), each instance
+# ~0.1-0.5 s: 80 instances keep that near 5%, and the ~44 programs of all files still balance over the pool
+# and move the progress every ten seconds or so.
+CHUNK_INSTANCES = 80
 # Bump when KernelReport or the log parser changes what a cached report means.
 CACHE_FORMAT = 1
 # The CUDA headers the kernels include (cu_src/common/types.cuh); NVRTC provides the rest itself.
