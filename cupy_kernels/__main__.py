@@ -39,6 +39,10 @@ KNOWN_SPILLS = {
     **{("norm_bwd.cu", a, f"norm_bwd<half, {m}, {f}, 1, ANY_GROUP, STAGED | SHIFTED>"): 64
        for a in ARCHS for m in ("LAYER", "RMS") for f in _NORM_SOURCES if (m, f) != ("LAYER", "FROM_Y")},
     **{("norm_fwd.cu", a, f"norm_fwd<{t}, LAYER, ANY_GROUP, SHIFTED>"): 16 for a in ARCHS for t in _NORM_HALF},
+    # At its 128-register bound ptxas (NVRTC 13.5) gave this one 127 registers and no spill in 7 of 8 compiles, and
+    # 128 registers and 92 bytes once (in a pool worker that had compiled other programs first; check now gives each
+    # program a fresh process): accepted so the check cannot flip on it; the spilling form is not timed on a GPU.
+    ("timex.cu", "sm_90", "timex_tiled<float, TiledTile<8, 8, 4>, Product::grad_k, Loads::vec4>"): 96,
 }
 
 

@@ -24,10 +24,10 @@ from pathlib import Path
 from .kernels import KernelCompileError
 from .sources import cuda_include_dir, read_source
 
-# NVRTC parses the whole file once per program (~0.3 s of CPU) and then spends ~0.1-0.5 s on each instance: 48
-# instances keep the parse near 5% of a program, and the ~70 programs of all files balance over the pool and
-# move the progress every few seconds.
-CHUNK_INSTANCES = 48
+# Each program costs ~1 s besides its instances (a fresh process, NVRTC's start, the file's parse), each instance
+# ~0.1-0.5 s: 80 instances keep that near 5%, and the ~44 programs of all files still balance over the pool
+# and move the progress every ten seconds or so.
+CHUNK_INSTANCES = 80
 # Bump when KernelReport or the log parser changes what a cached report means.
 CACHE_FORMAT = 1
 # The CUDA headers the kernels include (cu_src/common/types.cuh); NVRTC provides the rest itself.
@@ -298,7 +298,12 @@ def compile_all(sources, archs, *, jobs: int | None = None, cache: bool = True, 
             # spawn, not fork: a forked child inherits the parent's threads' locks (torch's, tqdm's) mid-use.
             # A spawned child imports the caller's main script again: one without `if __name__ == "__main__"`
             # breaks the pool, and its programs compile here, one after another.
-            with futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            # A fresh process for each program (~1 s of start-up), so that a report does not depend on how the
+            # pool shared out the programs: timex_tiled<float, 8, 8, 4, true, 32, true> for sm_90, at its register
+            # bound, compiled once to 128 registers and a 92-byte spill in a worker that had compiled other
+            # programs first, and to 127 registers and none in every fresh process tried.
+            fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
+            with futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), **fresh) as pool:
                 pending = {pool.submit(compile_job, job): (job, key) for job, key in todo}
                 try:
                     while pending:
