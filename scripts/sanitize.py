@@ -72,7 +72,7 @@ def arr(shape, dtype="float32", offset=0, scale=1.0, shift=0.0, positive=False):
     """A CuPy array of normal values (bfloat16 through ml_dtypes), `offset` elements into a fresh buffer."""
     import cupy
 
-    from cupy_kernels._runtime import cupy_dtype
+    from cupy_kernels._runtime import numpy_dtype
 
     size = int(np.prod(shape))
     rng = np.random.default_rng(size)
@@ -81,7 +81,7 @@ def arr(shape, dtype="float32", offset=0, scale=1.0, shift=0.0, positive=False):
         v = np.abs(v) + 0.5
     if dtype.startswith(("int", "uint")) or dtype == "bool":
         v = (v * 10).astype(np.int64) % 100 if dtype != "bool" else v > 0
-    buf = cupy.asarray(v.astype(cupy_dtype(dtype) if dtype not in ("bool",) and not dtype.startswith(("int", "uint"))
+    buf = cupy.asarray(v.astype(numpy_dtype(dtype) if dtype not in ("bool",) and not dtype.startswith(("int", "uint"))
                                 else dtype))
     return buf[offset:].reshape(shape)
 

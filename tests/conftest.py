@@ -57,9 +57,9 @@ def cupy_array(a: np.ndarray, dtype: str):
     """Host float64 data on the GPU in `dtype` (bfloat16 through torch when CuPy lacks it)."""
     import cupy
 
-    from cupy_kernels._runtime import cupy_dtype
+    from cupy_kernels._runtime import numpy_dtype
 
-    return cupy.asarray(a.astype(cupy_dtype(dtype)))
+    return cupy.asarray(a.astype(numpy_dtype(dtype)))
 
 
 def to_f64(x) -> np.ndarray:
@@ -87,9 +87,9 @@ def rel_err(got, ref) -> float:
 
 def rounded(a: np.ndarray, dtype: str) -> np.ndarray:
     """Values as the device will see them after rounding to `dtype` (references use these inputs)."""
-    from cupy_kernels._runtime import cupy_dtype
+    from cupy_kernels._runtime import numpy_dtype
 
-    return a.astype(cupy_dtype(dtype)).astype(np.float64)
+    return a.astype(numpy_dtype(dtype)).astype(np.float64)
 
 
 TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}

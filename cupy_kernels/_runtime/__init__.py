@@ -5,14 +5,9 @@ from .dtypes import (ACC, ACC_SCALAR, CTYPES, FLOAT_DTYPES, HALF_DTYPES, ITEMSIZ
                      numpy_dtype, vec)
 from .kernels import Kernel, KernelCompileError, KernelSource
 from .launch import Buffer, Deferred, Plan, PlanBuilder, aligned, alignment
-from .legacy import Call, cupy_dtype
 from .offline import KernelReport, compile_offline
 from .sources import all_sources, cu_src_dir, cuda_include_dir, read_source
 from .tma import max_active_clusters, tensor_map_2d
-
-
-def launch(*args, **kwargs):  # transitional: ops not yet on plans
-    raise NotImplementedError("the direct launch path is gone: plan the launch (PlanBuilder)")
 
 
 def normalize_axes(axis, ndim: int, op: str) -> tuple[int, ...]:
