@@ -278,9 +278,9 @@ def test_shifted_rows(dtype):
         assert ck.softmax_(x2) is x2 and close_everywhere(x2, ref_softmax(xv), dtype), (n, "in place")
 
 
-SHIFTED = {S._name(k, t, m, group=g, shift=True) for k in ("fwd", "bwd") for t in ALL for m in ("softmax", "log_softmax")
-           for g in (0,) + rw.SHORT_GROUPS} | {S._parts_name(m, t, k, S.SHIFTED_PARTS_PACKS, shift=True)
-                                                for k in ("fwd", "bwd") for t in ALL for m in ("softmax", "log_softmax")}
+SHIFTED = {S._name(k, t, group=g, shift=True, mode=m) for k in ("fwd", "bwd") for t in ALL for m in S.MODES
+           for g in (0,) + rw.SHORT_GROUPS} | {S._parts_name(t, k, S.SHIFTED_PARTS_PACKS, shift=True)
+                                                for k in ("fwd", "bwd") for t in ALL}
 SHIFTED &= set(S.SOURCE.names)  # the shifted instances softmax.py declares
 
 
@@ -302,7 +302,7 @@ def test_small_rows(dtype):
                 and (not fin.any() or close_everywhere(got[fin], want[fin], dtype)))
 
     for n in S.small_lengths(dtype):
-        small = {S._small_name(k, dtype, m, n) for k in ("fwd", "bwd") for m in S.MODES}
+        small = {S._small_name(k, dtype, n) for k in ("fwd", "bwd")}
         for rows in (1, 7, 4096 * rw.vec(dtype) + 3):
             host = rng().standard_normal((rows, n)) * 3
             host[::5, 0] = np.inf
@@ -345,7 +345,7 @@ def test_tiled_rows(dtype, no_small_rows):
     from 2 (rows of two: the small rows off) to past tiled_max_n, fewer rows than a tile, several tiles and a last
     one in part; forward, backward, in place, each element against float64; -inf, all -inf and NaN rows."""
     V = rw.vec(dtype)
-    tiled = {S._tiled_name(k, dtype, m, g) for k in ("fwd", "bwd") for m in S.MODES
+    tiled = {S._tiled_name(k, dtype, g, m) for k in ("fwd", "bwd") for m in S.MODES
              for g in S.TILED_LANES[rw.ITEMSIZE[dtype]]}
     top = S.TUNING.tiled_max_n
     for n in (2, 3, V - 1, V + 1, 33, 65, 99, 100, top - 1, top + 1):  # (float32 from 48, half bwd 96: lanes)
@@ -390,7 +390,7 @@ def test_tiled_rows_every_lane_count(dtype):
                                         ("log_softmax", ref_log_softmax, ref_log_softmax_grad)):
                     want = ref(xv)
                     got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
-                    assert used == {S._tiled_name("fwd", dtype, mode, lanes)}, (lanes, n, mode, used)
+                    assert used == {S._tiled_name("fwd", dtype, lanes, mode)}, (lanes, n, mode, used)
                     assert close_everywhere(got, want, dtype), (lanes, n, mode)
                     yc, yv = cupy_array(want, dtype), rounded(want, dtype)
                     dy, dyv = make(yv.shape, dtype)
@@ -528,7 +528,7 @@ def test_forward_pipelined_parts(mode):
         x, xv = cupy_array(host, dtype), rounded(host, dtype)
         want = ref(xv)
         p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), threads_of("fwd", dtype, n), SMS)
-        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(mode, dtype), rows, n, dtype, 1,
+        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(dtype), rows, n, dtype, 1,
                                                   rw.TUNING.parts_packs_softmax, p.threads), (dtype, n)
         got = to_f64(softmax_impl(x, -1, mode))
         ok = np.isfinite(want)
@@ -559,7 +559,7 @@ def test_backward_pipelined_parts(mode):
         y = cupy_array(yv, dtype)
         dy, dyv = make((rows, n), dtype, 1.0)
         p = rw.plan(rows, n, dtype, rw.maxp(dtype), threads_of("bwd", dtype, n), SMS)
-        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(mode, dtype, "bwd"), rows, n, dtype, 1,
+        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(dtype, "bwd"), rows, n, dtype, 1,
                                                   rw.maxp(dtype), p.threads, 2), (dtype, n)
         got = softmax_backward_impl(y, dy, -1, mode)
         assert rel_err(got, grad(yv, dyv)) <= 2 * TOL[dtype], (dtype, n)
@@ -767,7 +767,7 @@ def test_pipelined_words_start_dirty():
 
     dtype, n, rows = "float32", 262144, 24
     p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), threads_of("fwd", dtype, n), SMS)
-    pp = rw.pipelined_plan(S.SOURCE, S._parts_name("softmax", dtype), rows, n, dtype, 1, rw.TUNING.parts_packs_softmax,
+    pp = rw.pipelined_plan(S.SOURCE, S._parts_name(dtype), rows, n, dtype, 1, rw.TUNING.parts_packs_softmax,
                            p.threads)
     assert pp, n
     words = pp[1].rows * pp[1].parts * 2
