@@ -11,10 +11,10 @@ ARCHS = ("sm_80", "sm_90")
 #   (L1): measured faster than the spill-free one-pack form on the long rows the host gives it
 #   (norm.TUNING.two_pack_from). Every other half-type row takes the spill-free form.
 # - The others keep one value of the row loop in local memory: a store before the loop and one load per
-#   row (~1% of the loop's instructions): norm_bwd<float, LAYER, *> on sm_80 only, softmax_bwd<float, *,
-#   false> 8 bytes (sm_90 under NVRTC 13.0, the GPU machine's; sm_80 since its rows loop by whole warps,
-#   measured 1-2% faster on sm_90), and the wide half softmax backward (softmax_bwd<half type, 0, true, 4>)
-#   8-16 bytes on sm_90.
+#   row (~1% of the loop's instructions): norm_bwd<float, LAYER, *> on sm_80 only, the float32 run-time-group
+#   softmax backward (softmax_bwd<float, 4, ANY_GROUP, PLAIN, *>, compiled per mode) 8 bytes (sm_90 under NVRTC
+#   13.0, the GPU machine's; sm_80 since its rows loop by whole warps, measured 1-2% faster on sm_90), and the
+#   wide half softmax backward (softmax_bwd<half type, 4, ANY_GROUP, STAGED>) 8-16 bytes on sm_90.
 _NORM_HALF = ("half", "bfloat16")
 _NORM_SOURCES = ("FROM_X", "FROM_Y")
 KNOWN_SPILLS = {
@@ -23,8 +23,9 @@ KNOWN_SPILLS = {
     **{("norm_bwd.cu", a, f"norm_bwd<{t}, LAYER, {f}, 2, ANY_GROUP, NO_DBIAS>"): 256  # the same without dbias sums
        for a in ARCHS for t in _NORM_HALF for f in _NORM_SOURCES},
     **{("norm_bwd.cu", "sm_80", f"norm_bwd<float, LAYER, {f}, 2, ANY_GROUP, PLAIN>"): 32 for f in _NORM_SOURCES},
-    **{("softmax.cu", a, f"softmax_bwd<float, {m}, false, 4>"): 8 for a in ARCHS for m in (0, 1)},
-    **{("softmax.cu", "sm_90", f"softmax_bwd<{t}, 0, true, 4>"): 16 for t in ("half", "bfloat16")},
+    **{("softmax.cu", a, f"softmax_bwd<float, 4, ANY_GROUP, PLAIN, {m}>"): 8
+       for a in ARCHS for m in ("SOFTMAX", "LOG_SOFTMAX")},
+    **{("softmax.cu", "sm_90", f"softmax_bwd<{t}, 4, ANY_GROUP, STAGED>"): 16 for t in ("half", "bfloat16")},
     # norm_bwd_shared's FULL one-CTA layer rows: 4-12 bytes around the row's reduction, yet 32768x1024 f16 layer
     # bwd 65.9 -> 59.9 us against the run-time form (H200)
     **{("norm_bwd_cluster.cu", a, f"norm_bwd_shared<{t}, LAYER, {f}, 1, {st}FULL_PACKS>"): 24

@@ -1,11 +1,16 @@
 """softmax / log_softmax / softmax_ and their backward against float64 references (GPU), every
 dispatch path at its boundaries; validation and the references themselves on the CPU."""
+import itertools
+import re
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 import cupy_kernels as ck
 from conftest import (FLOATS, TOL, close_everywhere, cupy_array, gpu, group_lengths, kernels_of, many_rows, rel_err,
                       rng, rounded, to_f64, torch, torch_gpu)
+from cupy_kernels._runtime import PlanBuilder
 from cupy_kernels._runtime.tuning import tuned
 from cupy_kernels.ops import _rowwise as rw
 from cupy_kernels.ops import softmax as S
@@ -166,6 +171,114 @@ def test_numpy_input_is_rejected():
         softmax_impl(np.ones(3), variant="nope")
 
 
+def kernel_signatures(filename):
+    """Template name -> [(C type, name)] of the parameters of each __global__ function of a cu_src file (its includes
+    pasted in)."""
+    from cupy_kernels._runtime import read_source
+
+    def close(text, i):  # the ")" matching text[i]
+        depth = 0
+        for j in range(i, len(text)):
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            if depth == 0:
+                return j
+
+    text = re.sub(r"//[^\n]*", "", read_source(filename))
+    out = {}
+    for m in re.finditer(r"__global__\s+void\s+", text):
+        i = m.end()
+        if text.startswith("__launch_bounds__", i):
+            i = close(text, text.index("(", i)) + 1
+        name = re.match(r"\s*(\w+)\s*\(", text[i:])
+        start = i + name.end() - 1
+        params, depth, cur = [], 0, ""
+        for ch in text[start + 1:close(text, start)] + ",":
+            depth += {"(": 1, "<": 1, ")": -1, ">": -1}.get(ch, 0)
+            if ch == "," and depth == 0:
+                params.append(re.match(r"(.*?)(\w+)$", " ".join(cur.split())).groups())
+                cur = ""
+            else:
+                cur += ch
+        out[name.group(1)] = [(t.strip(), n) for t, n in params]
+    return out
+
+
+def _argument_fits(ctype, arg):
+    """A planned launch's argument `arg` passes as a parameter of C type `ctype` (the driver reads each parameter
+    by its size from the argument's bytes)."""
+    from cupy_kernels._runtime import Buffer
+
+    if "*" in ctype:
+        return isinstance(arg, Buffer) or arg is None or (type(arg) is np.uint64 and arg == 0)
+    scalar = {"long long": np.int64, "int": np.int32, "unsigned": np.uint32, "float": np.float32, "double": np.float64}
+    return type(arg) is scalar[ctype.replace("const", "").strip()]
+
+
+class _Recorder(PlanBuilder):
+    """A plan builder that records (kernel name, arguments) and loads nothing (no device)."""
+
+    def launch(self, kernel, grid, block, args, shared_mem=0, cluster=1, after_previous=False):
+        self.launches.append((kernel.name, tuple(args)))
+
+
+@pytest.fixture
+def planning_without_gpu(monkeypatch):
+    """Device properties of an sm_90 of SMS SMs, occupancy from the threads and shared memory alone, no kernel
+    loaded or given shared memory."""
+    import cupy_kernels._runtime as runtime
+    from cupy_kernels._runtime import device as device_mod
+
+    props = SimpleNamespace(id=0, name="sm_90", cc=90, sm_count=SMS, max_threads_per_block=1024,
+                            max_threads_per_sm=2048, shared_per_block_optin=227 * 1024, l2_bytes=50 << 20)
+
+    def resident(kernel, threads, smem=0):
+        return max(1, min(32, 2048 // threads, (227 * 1024) // smem if smem else 32)) * SMS
+
+    monkeypatch.setattr(S, "current", lambda: props)
+    monkeypatch.setattr(runtime, "current", lambda: props)
+    monkeypatch.setattr(runtime, "resident_blocks", resident)
+    for module in (runtime, device_mod):
+        monkeypatch.setattr(module, "use_shared_memory", lambda *a, **k: None)
+
+
+def test_every_launch_matches_its_kernel_signature(planning_without_gpu):
+    """Every softmax.cu instance is planned by some call (every dtype, direction, mode, length class, alignment,
+    variant, and the tuning switches that reach the other forms), and each planned launch passes as many arguments
+    as its kernel has parameters, each of the parameter's type: `mode` MODES[mode] (per-mode instances: their own),
+    `rows` the call's. A mismatch would otherwise show only on a GPU, as garbage or a fault."""
+    signatures = kernel_signatures("softmax.cu")
+    tunings = [({}, {}), ({"pipelined_fwd": False, "pipelined_bwd": False}, {"wide_bwd": False}),
+               ({}, {"stage_fwd_two_ahead": False, "small_rows_max_n": 1, "tiled_lanes": 2}),
+               ({}, {"tiled_max_n": 0, "stage_short_fwd_groups": (), "stage_short_bwd_groups": (), "tiled_lanes": 4})]
+    calls = [(3000, 0, "auto"), (10 ** 5, 0, "auto"), (3000, 1, "auto")] + [(300, 0, v) for v in S.VARIANTS[1:]]
+    planned = set()
+    for (rw_tuning, tuning), dtype, kind, mode in itertools.product(tunings, ALL, ("fwd", "bwd"), S.MODES):
+        V = rw.vec(dtype)
+        lengths = {1, 2, 3, 4, 5, 7, 9, 33, 99, 100, 127, 1000, 1001, 4097, 8200, 20000, 32769, 40000, 65544, 262147}
+        lengths |= {G * P * V + d for G in rw.SHORT_GROUPS + (64, 256, 1024) for P in (1, 2, 4, 8)
+                    for d in (-V, -1, 0, 1)}
+        with tuned(rw, **rw_tuning), tuned(S, **tuning):
+            for n, (rows, skew, variant) in itertools.product(sorted(lengths), calls):
+                if n < 1 or (rows > 3000 and n > 50000):
+                    continue
+                aligns = [rw.ITEMSIZE[dtype] if skew else 256] + [256] * (1 if kind == "fwd" else 2)
+                b = _Recorder(0, aligns)
+                *srcs, out = b.buffers
+                S.plan_rows(b, kind, mode, dtype, tuple(srcs), out, rows, n, variant)
+                for name, args in b.launches:
+                    params = signatures[name[:name.find("<")] if "<" in name else name]
+                    case = (name, kind, mode, dtype, n, rows, skew, variant)
+                    assert len(args) == len(params), (case, params, args)
+                    for (ctype, pname), arg in zip(params, args):
+                        assert _argument_fits(ctype, arg), (case, pname, ctype, arg)
+                        assert pname != "mode" or arg == S.MODES[mode], (case, arg)
+                        assert pname != "rows" or arg == rows, (case, arg)
+                    fixed = [m for m, token in S.MODE_NAMES.items() if name.endswith(f", {token}>")]
+                    assert fixed in ([], [mode]), case
+                    planned.add(name)
+    assert planned == set(S.SOURCE.names), (set(S.SOURCE.names) - planned, planned - set(S.SOURCE.names))
+
+
 # ---- GPU ---------------------------------------------------------------------------------------
 
 
@@ -278,9 +391,9 @@ def test_shifted_rows(dtype):
         assert ck.softmax_(x2) is x2 and close_everywhere(x2, ref_softmax(xv), dtype), (n, "in place")
 
 
-SHIFTED = {S._name(k, t, m, group=g, shift=True) for k in ("fwd", "bwd") for t in ALL for m in ("softmax", "log_softmax")
-           for g in (0,) + rw.SHORT_GROUPS} | {S._parts_name(m, t, k, S.SHIFTED_PARTS_PACKS, shift=True)
-                                                for k in ("fwd", "bwd") for t in ALL for m in ("softmax", "log_softmax")}
+SHIFTED = {S._name(k, t, group=g, shift=True, mode=m) for k in ("fwd", "bwd") for t in ALL for m in S.MODES
+           for g in (0,) + rw.SHORT_GROUPS} | {S._parts_name(t, k, S.SHIFTED_PARTS_PACKS, shift=True)
+                                                for k in ("fwd", "bwd") for t in ALL}
 SHIFTED &= set(S.SOURCE.names)  # the shifted instances softmax.py declares
 
 
@@ -302,7 +415,7 @@ def test_small_rows(dtype):
                 and (not fin.any() or close_everywhere(got[fin], want[fin], dtype)))
 
     for n in S.small_lengths(dtype):
-        small = {S._small_name(k, dtype, m, n) for k in ("fwd", "bwd") for m in S.MODES}
+        small = {S._small_name(k, dtype, n) for k in ("fwd", "bwd")}
         for rows in (1, 7, 4096 * rw.vec(dtype) + 3):
             host = rng().standard_normal((rows, n)) * 3
             host[::5, 0] = np.inf
@@ -345,7 +458,7 @@ def test_tiled_rows(dtype, no_small_rows):
     from 2 (rows of two: the small rows off) to past tiled_max_n, fewer rows than a tile, several tiles and a last
     one in part; forward, backward, in place, each element against float64; -inf, all -inf and NaN rows."""
     V = rw.vec(dtype)
-    tiled = {S._tiled_name(k, dtype, m, g) for k in ("fwd", "bwd") for m in S.MODES
+    tiled = {S._tiled_name(k, dtype, g, m) for k in ("fwd", "bwd") for m in S.MODES
              for g in S.TILED_LANES[rw.ITEMSIZE[dtype]]}
     top = S.TUNING.tiled_max_n
     for n in (2, 3, V - 1, V + 1, 33, 65, 99, 100, top - 1, top + 1):  # (float32 from 48, half bwd 96: lanes)
@@ -390,7 +503,7 @@ def test_tiled_rows_every_lane_count(dtype):
                                         ("log_softmax", ref_log_softmax, ref_log_softmax_grad)):
                     want = ref(xv)
                     got, used = kernels_of(S.SOURCE, lambda: softmax_impl(x, -1, mode))
-                    assert used == {S._tiled_name("fwd", dtype, mode, lanes)}, (lanes, n, mode, used)
+                    assert used == {S._tiled_name("fwd", dtype, lanes, mode)}, (lanes, n, mode, used)
                     assert close_everywhere(got, want, dtype), (lanes, n, mode)
                     yc, yv = cupy_array(want, dtype), rounded(want, dtype)
                     dy, dyv = make(yv.shape, dtype)
@@ -528,7 +641,7 @@ def test_forward_pipelined_parts(mode):
         x, xv = cupy_array(host, dtype), rounded(host, dtype)
         want = ref(xv)
         p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), threads_of("fwd", dtype, n), SMS)
-        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(mode, dtype), rows, n, dtype, 1,
+        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(dtype), rows, n, dtype, 1,
                                                   rw.TUNING.parts_packs_softmax, p.threads), (dtype, n)
         got = to_f64(softmax_impl(x, -1, mode))
         ok = np.isfinite(want)
@@ -559,7 +672,7 @@ def test_backward_pipelined_parts(mode):
         y = cupy_array(yv, dtype)
         dy, dyv = make((rows, n), dtype, 1.0)
         p = rw.plan(rows, n, dtype, rw.maxp(dtype), threads_of("bwd", dtype, n), SMS)
-        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(mode, dtype, "bwd"), rows, n, dtype, 1,
+        assert p.parts > 1 and rw.pipelined_plan(S.SOURCE, S._parts_name(dtype, "bwd"), rows, n, dtype, 1,
                                                   rw.maxp(dtype), p.threads, 2), (dtype, n)
         got = softmax_backward_impl(y, dy, -1, mode)
         assert rel_err(got, grad(yv, dyv)) <= 2 * TOL[dtype], (dtype, n)
@@ -767,7 +880,7 @@ def test_pipelined_words_start_dirty():
 
     dtype, n, rows = "float32", 262144, 24
     p = rw.plan(rows, n, dtype, rw.fwd_maxp(dtype), threads_of("fwd", dtype, n), SMS)
-    pp = rw.pipelined_plan(S.SOURCE, S._parts_name("softmax", dtype), rows, n, dtype, 1, rw.TUNING.parts_packs_softmax,
+    pp = rw.pipelined_plan(S.SOURCE, S._parts_name(dtype), rows, n, dtype, 1, rw.TUNING.parts_packs_softmax,
                            p.threads)
     assert pp, n
     words = pp[1].rows * pp[1].parts * 2

@@ -15,7 +15,7 @@ from .._runtime.tuning import PlanCache
 from . import _rowwise as rw
 
 SOURCE = KernelSource("softmax.cu")
-MODES = {"softmax": 0, "log_softmax": 1}
+MODES = {"softmax": 0, "log_softmax": 1}  # the kernels' run-time `mode` argument (SoftmaxMode in softmax.cu)
 BWD_THREADS = 512          # __launch_bounds__(512, 2) of softmax_bwd; softmax_fwd: rw.fwd_threads(dtype)
 VARIANTS = ("auto", "block", "scalar", "split", "exchange", "counter")  # the ladder: see docs/softmax.md
 STAGE_MAX_BYTES = 40 * 1024  # the default 48 KB dynamic window, less the static scratch and exchange copy
@@ -88,65 +88,102 @@ def tiled_lanes(kind: str, n: int, dtype: str) -> int:
 
 
 # ---- instance names ---------------------------------------------------------------------------------------
+# Template arguments by name (softmax.cu): the group GT (ANY_GROUP, 1..32, ROW_BLOCK), the FORM flags (PLAIN, STAGED,
+# TWO_AHEAD, FULL_PACKS, SHIFTED), the direction (FORWARD, BACKWARD). Every kernel takes the mode at run time, its
+# argument after the arrays (MODES); the per_mode forms are also compiled for each mode (a last template argument,
+# SOFTMAX or LOG_SOFTMAX).
+
+MODE_NAMES = {"softmax": "SOFTMAX", "log_softmax": "LOG_SOFTMAX"}
 
 
-def _small_name(kind: str, dtype: str, mode: str, n: int) -> str:
-    return f"softmax_small_rows<{CTYPES[dtype]}, {MODES[mode]}, {'true' if kind == 'bwd' else 'false'}, {n}>"
+def per_mode(kernel: str, kind: str, dtype: str, stage: int = 0, wide: bool = False, group: int = 0,
+             shift: bool = False) -> bool:
+    """Forms compiled for each mode: where one instance for both spilled (the float32 run-time-group backward: 32
+    bytes on sm_80 against 8) or took registers that cost occupancy (the half tiled backward: 40 against 32 on
+    sm_90)."""
+    if kernel == "softmax_bwd":
+        return dtype == "float32" and not (stage or wide or group or shift)
+    return kernel == "softmax_tiled" and kind == "bwd" and dtype in HALF_DTYPES
 
 
-def _tiled_name(kind: str, dtype: str, mode: str, lanes: int = 1) -> str:
-    return (f"softmax_tiled<{CTYPES[dtype]}, {MODES[mode]}, {'true' if kind == 'bwd' else 'false'}"
-            f"{f', {lanes}' if lanes > 1 else ''}>")
+def _mode_arg(fixed: bool, mode: str | None) -> str:
+    if not fixed:
+        return ""
+    assert mode in MODE_NAMES, f"a per-mode form needs its mode; got {mode!r}"
+    return f", {MODE_NAMES[mode]}"
 
 
-def _parts_name(mode: str, dtype: str, kind: str = "fwd", packs: int | None = None, shift: bool = False) -> str:
+def _direction(kind: str) -> str:
+    return "BACKWARD" if kind == "bwd" else "FORWARD"
+
+
+def _group(g: int) -> str:
+    return "ANY_GROUP" if not g else "ROW_BLOCK" if g == rw.ROW_BLOCK else str(g)
+
+
+def _form(stage: int = 0, full: bool = False, shift: bool = False) -> str:
+    """FORM flags: stage 1 STAGED, 2 STAGED | TWO_AHEAD (softmax_fwd's two rows ahead)."""
+    flags = [f for f, on in (("STAGED", stage), ("TWO_AHEAD", stage == 2), ("FULL_PACKS", full), ("SHIFTED", shift))
+             if on]
+    return " | ".join(flags) or "PLAIN"
+
+
+def _small_name(kind: str, dtype: str, n: int) -> str:
+    return f"softmax_small_rows<{CTYPES[dtype]}, {_direction(kind)}, {n}>"
+
+
+def _tiled_name(kind: str, dtype: str, lanes: int = 1, mode: str | None = None) -> str:
+    fixed = per_mode("softmax_tiled", kind, dtype)
+    return f"softmax_tiled<{CTYPES[dtype]}, {_direction(kind)}, {lanes}{_mode_arg(fixed, mode)}>"
+
+
+def _parts_name(dtype: str, kind: str = "fwd", packs: int | None = None, shift: bool = False) -> str:
     if kind == "bwd":
-        return f"softmax_bwd_parts<{CTYPES[dtype]}, {MODES[mode]}{', true' if shift else ''}>"
-    return (f"softmax_fwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {packs or rw.TUNING.parts_packs_softmax}"
-            f"{', true' if shift else ''}>")
+        return f"softmax_bwd_parts<{CTYPES[dtype]}, {_form(shift=shift)}>"
+    return f"softmax_fwd_parts<{CTYPES[dtype]}, {packs or rw.TUNING.parts_packs_softmax}, {_form(shift=shift)}>"
 
 
-def _name(kind: str, dtype: str, mode: str, stage: int = 0, wide: bool = False, group: int = 0,
-          full: bool = False, shift: bool = False) -> str:
-    st = rw.stage_token(stage)
+def _name(kind: str, dtype: str, stage: int = 0, wide: bool = False, group: int = 0, full: bool = False,
+          shift: bool = False, mode: str | None = None) -> str:
     if kind == "fwd":
-        tail = f", {group}, false, true" if shift else rw.group_token(group, full)
-        return f"softmax_fwd<{CTYPES[dtype]}, {MODES[mode]}, {st}{tail}>"
-    tail = f", {group}, true" if shift else rw.group_token(group)
-    return f"softmax_bwd<{CTYPES[dtype]}, {MODES[mode]}, {st}, {rw.maxp(dtype) * (2 if wide else 1)}{tail}>"
+        return f"softmax_fwd<{CTYPES[dtype]}, {_group(group)}, {_form(stage, full, shift)}>"
+    packs = rw.maxp(dtype) * (2 if wide else 1)
+    fixed = per_mode("softmax_bwd", kind, dtype, stage, wide, group, shift)
+    return (f"softmax_bwd<{CTYPES[dtype]}, {packs}, {_group(group)}, {_form(int(bool(stage)), shift=shift)}"
+            f"{_mode_arg(fixed, mode)}>")
 
 
 def _declare():
     T, S = TUNING, rw.SHORT_DTYPES
     names = (
         # the run-time-group rows (every dtype, the ladder's variants), plain and shifted
-        [_name(k, t, m, shift=sh) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES for sh in (False, True)]
+        [_name(k, t, shift=sh, mode=m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for sh in (False, True)
+         for m in MODES]
         # shifted rows of a compile-time group
-        + [_name(k, t, m, group=g, shift=True) for k in ("fwd", "bwd") for t in S for m in MODES for g in rw.SHORT_GROUPS]
+        + [_name(k, t, group=g, shift=True) for k in ("fwd", "bwd") for t in S for g in rw.SHORT_GROUPS]
         # staged half backward, one or two packs of y and dy a thread (wide)
-        + [_name("bwd", t, m, True, w) for t in HALF_DTYPES for m in MODES for w in (False, True)]
+        + [_name("bwd", t, True, w) for t in HALF_DTYPES for w in (False, True)]
         # staged forward, one or two rows ahead
-        + [_name("fwd", t, m, st) for t in rw.STAGE_FWD_DTYPES for m in MODES for st in (1, 2)]
-        + [_name("fwd", t, m, st, group=rw.ROW_BLOCK) for t in S for m in MODES for st in (1, 2)]
+        + [_name("fwd", t, st) for t in rw.STAGE_FWD_DTYPES for st in (1, 2)]
+        + [_name("fwd", t, st, group=rw.ROW_BLOCK) for t in S for st in (1, 2)]
         # compile-time groups, and their FULL forms
-        + [_name(k, t, m, group=g) for k in ("fwd", "bwd") for t in S for m in MODES for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,)]
-        + [_name("fwd", t, m, st, group=g, full=True) for t in S for m in MODES
+        + [_name(k, t, group=g) for k in ("fwd", "bwd") for t in S for g in rw.SHORT_GROUPS + (rw.ROW_BLOCK,)]
+        + [_name("fwd", t, st, group=g, full=True) for t in S
            for st, g in tuple((s, rw.ROW_BLOCK) for s in (0, 1)) + tuple((0, g) for g in rw.SHORT_GROUPS)
            if rw.has_full(t, g, st)]
-        + [_name("bwd", t, m, True, group=rw.ROW_BLOCK) for t in HALF_DTYPES for m in MODES]
+        + [_name("bwd", t, True, group=rw.ROW_BLOCK) for t in HALF_DTYPES]
         # staged short rows
-        + [_name("fwd", t, m, 1, group=g, full=f) for t in T.stage_short_dtypes for m in MODES
-           for g in T.stage_short_fwd_groups for f in (False, True)]
-        + [_name("bwd", t, m, True, group=g) for t in T.stage_short_dtypes for m in MODES for g in T.stage_short_bwd_groups]
+        + [_name("fwd", t, 1, group=g, full=f) for t in T.stage_short_dtypes for g in T.stage_short_fwd_groups
+           for f in (False, True)]
+        + [_name("bwd", t, True, group=g) for t in T.stage_short_dtypes for g in T.stage_short_bwd_groups]
         # pipelined long rows, plain and shifted
-        + [_parts_name(m, t, "fwd") for t in rw.STAGE_FWD_DTYPES for m in MODES]
-        + [_parts_name(m, t, "bwd") for t in rw.STAGE_FWD_DTYPES for m in MODES] + [rw.ZERO_WORDS]
-        + [_parts_name(m, t, k, SHIFTED_PARTS_PACKS, shift=True) for k in ("fwd", "bwd")
-           for t in rw.STAGE_FWD_DTYPES for m in MODES]
+        + [_parts_name(t, "fwd") for t in rw.STAGE_FWD_DTYPES]
+        + [_parts_name(t, "bwd") for t in rw.STAGE_FWD_DTYPES] + [rw.ZERO_WORDS]
+        + [_parts_name(t, k, SHIFTED_PARTS_PACKS, shift=True) for k in ("fwd", "bwd") for t in rw.STAGE_FWD_DTYPES]
         # rows of 1, 2, 4 elements; tiled short rows
-        + [_small_name(k, t, m, n) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES for n in small_lengths(t)]
-        + [_tiled_name(k, t, m, g) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for m in MODES
-           for g in TILED_LANES[rw.ITEMSIZE[t]]])
+        + [_small_name(k, t, n) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for n in small_lengths(t)]
+        + [_tiled_name(k, t, g, m) for k in ("fwd", "bwd") for t in FLOAT_DTYPES for g in TILED_LANES[rw.ITEMSIZE[t]]
+           for m in MODES])
     SOURCE.declare(names)
 
 
@@ -182,8 +219,8 @@ def _plan_small_rows(b, kind, mode, dtype, srcs, out, rows, n):
     work = rows * n // rw.vec(dtype) if al else rows
     grid = max(1, min(ceil_div(work, SMALL_THREADS), SMALL_BLOCKS_PER_SM * current().sm_count))
     a, g = srcs if kind == "bwd" else (srcs[0], srcs[0])
-    b.launch(SOURCE.kernel(_small_name(kind, dtype, mode, n)), grid, SMALL_THREADS,
-             (a, g, out, np.int64(rows), np.int32(al)))
+    b.launch(SOURCE.kernel(_small_name(kind, dtype, n)), grid, SMALL_THREADS,
+             (a, g, out, np.int32(MODES[mode]), np.int64(rows), np.int32(al)))
 
 
 def _plan_tiled(b, kind, mode, dtype, srcs, out, rows, n):
@@ -191,8 +228,8 @@ def _plan_tiled(b, kind, mode, dtype, srcs, out, rows, n):
     lanes = tiled_lanes(kind, n, dtype)
     grid, threads, k, smem = rw.tiled_plan(rows, n, dtype, len(srcs), lanes)
     a, g = srcs if kind == "bwd" else (srcs[0], srcs[0])
-    b.launch(SOURCE.kernel(_tiled_name(kind, dtype, mode, lanes), smem), grid, threads,
-             (a, g, out, np.int64(rows), np.int32(n), np.int32(k)), shared_mem=smem)
+    b.launch(SOURCE.kernel(_tiled_name(kind, dtype, lanes, mode), smem), grid, threads,
+             (a, g, out, np.int32(MODES[mode]), np.int64(rows), np.int32(n), np.int32(k)), shared_mem=smem)
 
 
 def plan_rows(b: PlanBuilder, kind: str, mode: str, dtype: str, srcs, out, rows: int, n: int, variant: str = "auto"):
@@ -211,7 +248,8 @@ def plan_rows(b: PlanBuilder, kind: str, mode: str, dtype: str, srcs, out, rows:
     maxp = rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype)
     parts_packs = SHIFTED_PARTS_PACKS if shift else rw.TUNING.parts_packs_softmax  # the pipelined forward's
     sms = current().sm_count
-    name = _name(kind, dtype, mode, shift=shift)
+    mode_arg = np.int32(MODES[mode])  # every launch's argument after the arrays
+    name = _name(kind, dtype, shift=shift, mode=mode)
     kernel = SOURCE.kernel(name)
     p = rw.plan(rows, plan_n, dtype, maxp, threads_of(kind, dtype, plan_n), sms, occupancy=rw.occupancy(kernel), **args)
     stage = kind == "fwd" and T.stage_fwd and rw.stage_fwd(p, dtype, al, T.stage_fwd_min_threads, T.stage_fwd_two_ahead)
@@ -220,46 +258,47 @@ def plan_rows(b: PlanBuilder, kind: str, mode: str, dtype: str, srcs, out, rows:
     g = rw.short_group(p, dtype, al, variant, staged=kind == "bwd" or bool(stage))  # compile-time group, if any
     smem = 16 * (p.threads // p.group) if shift and p.group < 32 else 0  # store_shifted's slots
     if shift and p.path == "subwarp" and (sg := rw.short_group(p, dtype, shift, variant)):  # the group compiled in
-        kernel = SOURCE.kernel(_name(kind, dtype, mode, group=sg, shift=True))
+        kernel = SOURCE.kernel(_name(kind, dtype, group=sg, shift=True, mode=mode))
     if (kind == "bwd" and dtype in HALF_DTYPES and al and T.wide_bwd and variant == "auto" and p.parts > 1
             and n <= WIDE_BWD_MAX):
-        name = _name(kind, dtype, mode, stage=True, wide=True)
+        name = _name(kind, dtype, stage=True, wide=True, mode=mode)
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, 2 * maxp, 1024, tensors=2, **args)
-    elif variant == "auto" and (pp := rw.pipelined_plan(SOURCE, _parts_name(mode, dtype, kind, parts_packs, shift),
+    elif variant == "auto" and (pp := rw.pipelined_plan(SOURCE, _parts_name(dtype, kind, parts_packs, shift),
                                                         rows, plan_n, dtype, al or shift,
                                                         parts_packs if kind == "fwd" else maxp, p.threads, len(srcs))):
         kernel, p, smem = pp
-        rw.plan_pipelined(b, SOURCE, kernel, p, (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk),
-                                                  np.int32(p.packs), np.int32(p.parts)),
+        rw.plan_pipelined(b, SOURCE, kernel, p, (*srcs, out, mode_arg, np.int64(rows), np.int64(n),
+                                                  np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts)),
                           smem, k=2 if kind == "fwd" else 1)
         return p
     elif kind == "bwd" and g and rw.stage_short(T.stage_short_bwd_groups, T.stage_short_dtypes, p, dtype, al, variant):
-        name = _name(kind, dtype, mode, stage=True, group=g)
+        name = _name(kind, dtype, stage=True, group=g, mode=mode)
         p, smem = rw.staged_plan(SOURCE.kernel(name), name, rows, n, dtype, maxp, BWD_THREADS, tensors=2, **args)
         kernel = SOURCE.kernel(name, smem)
     elif kind == "bwd" and staged_bwd(p, dtype, al, rows, n, sms):
         # a resident grid that loops over rows, so each block has a next row to stage
-        name = _name(kind, dtype, mode, stage=True, group=g)
+        name = _name(kind, dtype, stage=True, group=g, mode=mode)
         kernel = SOURCE.kernel(name)
         p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), sms, persistent=True,
                     occupancy=rw.occupancy(kernel, lambda t: stage_bytes(dtype, t)), **args)
         smem = stage_bytes(dtype, p.threads)
     elif stage:  # forward rows staged one or two rows ahead
-        name = _name(kind, dtype, mode, stage=stage, group=g)
+        name = _name(kind, dtype, stage=stage, group=g, mode=mode)
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, maxp, threads_of(kind, dtype, n), tensors=stage, **args)
         if rw.full_rows(p, dtype, maxp, g, stage):  # the same launch bounds: the plan stands
-            kernel = SOURCE.kernel(_name(kind, dtype, mode, stage=stage, group=g, full=True), smem)
+            kernel = SOURCE.kernel(_name(kind, dtype, stage=stage, group=g, full=True, mode=mode), smem)
     elif g:
         full = kind == "fwd" and rw.full_rows(p, dtype, maxp, g, 0)
-        kernel = SOURCE.kernel(_name(kind, dtype, mode, group=g, full=full))
+        kernel = SOURCE.kernel(_name(kind, dtype, group=g, full=full, mode=mode))
     counter = variant == "counter"
     sync, slots = rw.exchange_buffers(b, p, dtype, counter=counter)
     for phase in rw.phases(p, counter):
         b.launch(kernel, p.grid, p.threads,
-                 (*srcs, out, np.int64(rows), np.int64(n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs),
-                  np.int32(p.parts), np.int32(al), np.int32(phase), rw.ptr(sync), rw.ptr(slots)), shared_mem=smem)
+                 (*srcs, out, mode_arg, np.int64(rows), np.int64(n), np.int64(p.chunk), np.int32(p.group),
+                  np.int32(p.packs), np.int32(p.parts), np.int32(al), np.int32(phase), rw.ptr(sync), rw.ptr(slots)),
+                 shared_mem=smem)
     return p
 
 
