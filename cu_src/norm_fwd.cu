@@ -50,14 +50,17 @@ template <typename A>
 __device__ __forceinline__ A out_shift(NormMode mode, A mean, A rstd) { return mode == LAYER ? -mean * rstd : A(-0.0); }
 __device__ __forceinline__ float bias_fill(NormMode mode) { return mode == LAYER ? 0.f : -0.f; }
 
-// norm_fwd's launch bounds: FwdBounds, but shifted rows of a compile-time sub-warp group (128-thread blocks:
-// _rowwise.TUNING.subwarp_block) of a half type bounded for 7 an SM (72 registers: at 64 its layer instances spilled
-// 96-112 bytes; float32's did not).
+// norm_fwd's launch bounds: FwdBounds, but the unstaged rows of a compile-time sub-warp group come in 128-thread
+// blocks (_rowwise.TUNING.subwarp_block): shifted ones of a half type bounded for 7 an SM (72 registers: at 64 its
+// layer instances spilled 96-112 bytes; float32's did not), the others for 9 (half types, 56 registers) or 12
+// (float32, 40), no spill: the run-time mode's instances, left at 64, took up to 63 (8 an SM) where the layer ones
+// took 55-56 (bfloat16 on sm_90) and 44 where they took 40 (float32 FULL_PACKS on sm_80).
 template <typename T, int GT, unsigned FORM> struct NormFwdBounds {
   static constexpr int STAGE = FORM & STAGED ? 1 : 0;
-  static constexpr bool sub = (FORM & SHIFTED) && GT > 0 && GT <= 32;
+  static constexpr bool sub = !STAGE && GT > 0 && GT <= 32, shifted = FORM & SHIFTED;
   static constexpr int threads = sub ? 128 : FwdBounds<T, STAGE, GT>::threads;
-  static constexpr int blocks = sub ? (sizeof(T) == 2 ? 7 : 8) : FwdBounds<T, STAGE, GT>::blocks;
+  static constexpr int blocks = !sub ? FwdBounds<T, STAGE, GT>::blocks
+                                : shifted ? (sizeof(T) == 2 ? 7 : 8) : (sizeof(T) == 2 ? 9 : 12);
 };
 
 // Launch: 1-D grid of blocks of G * groups threads (<= FwdThreads: 1024, float64 512; G = block when G > 32); block b

@@ -327,11 +327,16 @@ def _check_args(kernel, args):
 
 
 def _check_calls(calls):
-    """_check_args on the first launch of each norm instance among `calls` (kernel, args, block); the names checked."""
+    """_check_args on the first launch of each norm instance among `calls` (kernel, args, block); the names checked.
+    The unstaged forward rows of a compile-time sub-warp group come in blocks of 128 threads, their launch bound
+    (NormFwdBounds)."""
     seen = {}
     for kernel, args, block in calls:
         if kernel.source in N.SOURCES and seen.setdefault(kernel.name, args) is args:
             _check_args(kernel, args)
+        form = re.fullmatch(r"norm_fwd<\w+, \w+, (\d+), ([A-Z_ |]+)>", kernel.name)
+        if form and int(form.group(1)) <= 32 and "STAGED" not in form.group(2):
+            assert block == 128, (kernel.name, block)
     return set(seen)
 
 
