@@ -166,8 +166,8 @@ def _bwd_compiled(dtype, mode, packs, group, staged, full, shifted) -> tuple:
     if dtype in HALF_DTYPES:
         if packs == 2:  # the accumulators spill already
             return True, True
-        if shifted:  # layer_norm's from y spill already, more with a run-time op; float16's staged rows (ANY_GROUP)
-            return True, layer or (staged and dtype == "float16")  # spilled from x too
+        if shifted:  # layer_norm's from y spill already, more with a run-time op; float16's staged block rows
+            return True, layer or (staged and dtype == "float16")  # spill for every op (sm_90)
         if group in TUNING.stage_short_bwd_groups:  # staged for rms_norm, not for layer_norm: each form one op's
             return True, False
     if dtype == "float32" and not group:  # the element path: layer_norm's spill already (sm_80)
