@@ -3,7 +3,9 @@
 // rows in order: deterministic). Statistics in float (double for float64). The forms that keep the column sums in
 // shared memory (a CTA or an sm_90 cluster a row, and the ring) are in norm_bwd_cluster.cu; column_sum, here, adds
 // their partial rows too. Template arguments name their form (common/norm.cuh): e.g.
-// norm_bwd<half, LAYER, FROM_Y, 1, 8, STAGED | FULL_PACKS>.
+// norm_bwd<float, ANY_MODE, ANY_SOURCE, 2, 8, STAGED | FULL_PACKS>. Every backward kernel takes the op as run-time
+// arguments (mode: LAYER or RMS, source: FROM_X or FROM_Y), read where its MODE / SRC are ANY_MODE / ANY_SOURCE; the
+// forms where that spilled compile them in (host: norm._bwd_compiled).
 #include "common/rows.cuh"
 #include "common/norm.cuh"
 
@@ -20,9 +22,9 @@ template <typename T, int PACKS> struct NormBwdMinBlocks {
   static constexpr int value = sizeof(T) == 2 && PACKS == 1 ? 1 : 2;
 };
 
-// Backward, the register forms. With FROM_X, src is the forward input x and mean / rstd the saved statistics (mean
-// unused for rms); with FROM_Y (after an in-place forward), src is the output y and the normalised input is
-// recomputed as xhat = (y - b) / w (rms: y / w) with the saved rstd (common/norm.cuh).
+// Backward, the register forms. From x (FROM_X), src is the forward input x and mean / rstd the saved statistics
+// (mean unused for rms); from y (FROM_Y, after an in-place forward), src is the output y and the normalised input is
+// recomputed as xhat = (y - b) / w (rms: y / w) with the saved rstd (common/norm.cuh). rms rows have no bias (b null).
 // Launch: like norm_fwd with blocks of <= NormBwdThreads, and a persistent grid (grid / parts row groups, each block
 // writes partial row rg = b / parts, columns of its segment). Each thread keeps its columns' dweight / dbias sums in
 // registers over the rows its group visits; a block of one group (G = block) writes them straight out, a block of
@@ -43,10 +45,10 @@ template <typename T, int PACKS> struct NormBwdMinBlocks {
 
 // First pass, this thread's share: c1 = sum(g), c2 = sum(g * xhat), g = dy * w; pack p's weight and bias
 // columns(p, wp, bp).
-template <typename T, int MODE, int FROM_OUTPUT, int MAXP, typename A = typename AccOf<T>::type,
+template <typename T, int MODE, int SRC, int MAXP, typename A = typename AccOf<T>::type,
           typename P = typename Vec16<T>::type, typename F>
-__device__ __forceinline__ void bwd_sums(const P (&rx)[MAXP], const P (&rd)[MAXP], const RowLayout<T>& L, A mean,
-                                         A rstd, A& c1, A& c2, F columns) {
+__device__ __forceinline__ void bwd_sums(const NormOp<MODE, SRC>& op, const P (&rx)[MAXP], const P (&rd)[MAXP],
+                                         const RowLayout<T>& L, A mean, A rstd, A& c1, A& c2, F columns) {
   c1 = A(0);
   c2 = A(0);
 #pragma unroll
@@ -54,27 +56,27 @@ __device__ __forceinline__ void bwd_sums(const P (&rx)[MAXP], const P (&rd)[MAXP
     if (p < L.packs) {
       P wp, bp;
       columns(p, wp, bp);
-      bwd_sums_pack<T, MODE, FROM_OUTPUT>(rx[p], rd[p], wp, bp, mean, rstd, c1, c2);
+      bwd_sums_pack<T>(op, rx[p], rd[p], wp, bp, mean, rstd, c1, c2);
     }
   }
-  if (!FROM_OUTPUT) c2 *= rstd;
+  if (!op.from_y) c2 *= rstd;
 }
 
 // Second pass: dx of the row written to dxr, and this thread's column sums in registers: aw[p * V + e],
 // with DBS ab[p * V + e].
-template <typename T, int MODE, int FROM_OUTPUT, bool DBS, int MAXP, int K, int KB,
-          typename A = typename AccOf<T>::type, typename P = typename Vec16<T>::type>
-__device__ __forceinline__ void bwd_write(const P (&rx)[MAXP], const P (&rd)[MAXP], const T* wb, const T* bb,
-                                          const RowLayout<T>& L, A mean, A rstd, A c1, A c2, T* dxr, A (&aw)[K],
-                                          A (&ab)[KB]) {
+template <bool DBS, typename T, int MODE, int SRC, int MAXP, int K, int KB, typename A = typename AccOf<T>::type,
+          typename P = typename Vec16<T>::type>
+__device__ __forceinline__ void bwd_write(const NormOp<MODE, SRC>& op, const P (&rx)[MAXP], const P (&rd)[MAXP],
+                                          const T* wb, const T* bb, const RowLayout<T>& L, A mean, A rstd, A c1, A c2,
+                                          T* dxr, A (&aw)[K], A (&ab)[KB]) {
   constexpr int V = Vec16<T>::N;
 #pragma unroll
   for (int p = 0; p < MAXP; ++p) {
     if (p < L.packs) {
       const P wp = column_pack<T, true>(wb, p, L, 1.f), bp = column_pack<T, true>(bb, p, L, 0.f);
       P o;
-      bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(rx[p], rd[p], wp, bp, mean, rstd, c1, c2, o, aw + p * V,
-                                                DBS ? ab + p * V : ab);
+      bwd_write_pack<T, DBS>(op, rx[p], rd[p], wp, bp, mean, rstd, c1, c2, o, aw + p * V,
+                                        DBS ? ab + p * V : ab);
       store_pack<T>(dxr, o, p, L);
     }
   }
@@ -94,7 +96,7 @@ __device__ __forceinline__ void store_column_sums(A* orow, const A (&acc)[K], co
   }
 }
 
-template <typename T, int MODE, int FROM_OUTPUT, int PACKS, int GT, unsigned FORM>
+template <typename T, int MODE, int SRC, int PACKS, int GT, unsigned FORM>
 __global__ void __launch_bounds__(NormBwdThreads<T, PACKS>::value, NormBwdMinBlocks<T, PACKS>::value)
 norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
          const T* __restrict__ w, const T* __restrict__ b,
@@ -104,7 +106,7 @@ norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
          typename AccOf<T>::type* __restrict__ db_part, long long rows,
          long long n, typename AccOf<T>::type inv_n, long long chunk,
          int G, int packs, int parts, int aligned, int phase, int* sync,
-         typename AccOf<T>::type* slots) {
+         typename AccOf<T>::type* slots, NormMode mode, NormSource source) {
   constexpr bool STAGE = FORM & STAGED, DB = !(FORM & NO_DBIAS), FULL = FORM & FULL_PACKS, SHIFT = FORM & SHIFTED;
   launch_dependents();  // column_sum's blocks may start (they wait for this grid's end)
   typedef typename AccOf<T>::type A;
@@ -128,7 +130,8 @@ norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
   const unsigned mask = group_mask(G);
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;
-  constexpr bool DBS = MODE == LAYER && DB;  // dbias column sums here
+  const NormOp<MODE, SRC> op(mode, source);
+  constexpr bool DBS = MODE != RMS && DB;  // dbias column sums here (of layer rows)
   A aw[K], ab[DBS ? K : 1];
 #pragma unroll
   for (int k = 0; k < K; ++k) aw[k] = A(0);
@@ -185,9 +188,9 @@ norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
       load_row_pair<STAGE, T, MAXP>(rx, rd, sa, sb, src, dy, off, (long long)stride * n, row + stride < rows, R);
     }
     const A rstd = rstd_in[at_row];
-    const A mean = MODE == LAYER && !FROM_OUTPUT ? mean_in[at_row] : A(0);
+    const A mean = op.layer && !op.from_y ? mean_in[at_row] : A(0);
     A c1, c2;
-    bwd_sums<T, MODE, FROM_OUTPUT, MAXP>(rx, rd, R, mean, rstd, c1, c2, [&](int p, P& wp, P& bp) {
+    bwd_sums<T>(op, rx, rd, R, mean, rstd, c1, c2, [&](int p, P& wp, P& bp) {
       if constexpr (SHIFT) {
         wp = wcol[p];
         bp = bcol[p];
@@ -196,7 +199,7 @@ norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
         bp = column_pack<T>(bb, p, L, 0.f);
       }
     });
-    if (MODE == LAYER) row_reduce2(c1, c2, G, mask, scratch);  // one pair of barriers for both
+    if (op.layer) row_reduce2(c1, c2, G, mask, scratch);  // one pair of barriers for both
     else c2 = row_reduce<SumOp>(c2, G, mask, scratch);
     if (parts > 1) {
       const A mine[2] = {c1, c2};
@@ -213,13 +216,13 @@ norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
       store_shifted<T, MAXP>(dx + off, R, live, row + 1 < rows, sa, [&](int p) {
         P o = rd[p];
         if (live)
-          bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(rx[p], rd[p], wcol[p], bcol[p], mean, rstd, c1 * inv_n,
-                                                    c2 * inv_n, o, aw + p * V, DBS ? ab + p * V : ab);
+          bwd_write_pack<T, DBS>(op, rx[p], rd[p], wcol[p], bcol[p], mean, rstd, c1 * inv_n, c2 * inv_n, o,
+                                            aw + p * V, DBS ? ab + p * V : ab);
         return o;
       });
       continue;
     }
-    bwd_write<T, MODE, FROM_OUTPUT, DBS, MAXP>(rx, rd, wb, bb, L, mean, rstd, c1 * inv_n, c2 * inv_n, dx + off, aw, ab);
+    bwd_write<DBS>(op, rx, rd, wb, bb, L, mean, rstd, c1 * inv_n, c2 * inv_n, dx + off, aw, ab);
   }
 
   // Column partials: partial row rg, columns [begin, begin + L.len).
@@ -273,20 +276,21 @@ norm_bwd(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
 // of 3 * 2 * MAXP * blockDim.x 16-byte slots (MAXP = RowPacks: 192 KB for float32 at 512, one block per SM);
 // n <= parts * packs * blockDim.x * V; aligned rows (words: rows * parts * 2 tagged 64-bit slots, zero before
 // the first publish: zero_words).
-template <typename T, int MODE, int FROM_OUTPUT>
+template <typename T, int MODE, int SRC>
 __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                          const T* __restrict__ w, const T* __restrict__ b,
                                                          const float* __restrict__ mean_in,
                                                          const float* __restrict__ rstd_in, float* __restrict__ dw_part,
                                                          float* __restrict__ db_part, long long rows, long long n,
                                                          float inv_n, long long chunk, int packs, int parts,
-                                                         unsigned long long* words) {
+                                                         NormMode mode, NormSource source, unsigned long long* words) {
   launch_dependents();  // column_sum's blocks may start (they wait for this grid's end)
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
   constexpr int MAXP = RowPacks<T>::value;
   constexpr int K = MAXP * V;  // accumulator slots per thread: slot p * V + e
-  constexpr bool DBS = MODE == LAYER;
+  const NormOp<MODE, SRC> op(mode, source);
+  constexpr bool DBS = MODE != RMS;  // dbias column sums (of layer rows)
   __shared__ float scratch_mem[2 * 64];
   RowScratch<float, 2> scratch{scratch_mem};  // the pair reductions
   const int part = blockIdx.x % parts;
@@ -311,7 +315,7 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
   const long long row_step = gridDim.x / parts;
   float2 nx = make_float2(0.f, 0.f), cur, wq;
   auto load_stats = [&](long long row) {
-    if (row < rows) nx = make_float2(MODE == LAYER && !FROM_OUTPUT ? mean_in[row] : 0.f, rstd_in[row]);
+    if (row < rows) nx = make_float2(op.layer && !op.from_y ? mean_in[row] : 0.f, rstd_in[row]);
   };
   load_stats(blockIdx.x / parts);
   wq = nx;
@@ -321,10 +325,9 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
     const float mean = cur.x, rstd = cur.y;
     float c1 = 0.f, c2 = 0.f;
     for_own_packs<MAXP>(L, [&](int p) {
-      bwd_sums_pack<T, MODE, FROM_OUTPUT>(own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p), wr[p], br[p], mean,
-                                          rstd, c1, c2);
+      bwd_sums_pack<T>(op, own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p), wr[p], br[p], mean, rstd, c1, c2);
     });
-    if (!FROM_OUTPUT) c2 *= rstd;
+    if (!op.from_y) c2 *= rstd;
     row_reduce2<true>(c1, c2, blockDim.x, 0xffffffffu, scratch.at(0));  // at(0), at(1)
     scratch.next_row();
     const float mine[2] = {c1, c2};
@@ -338,9 +341,8 @@ __global__ void __launch_bounds__(512, 1) norm_bwd_parts(const T* __restrict__ s
     T* dxr = dx + row * n + begin;
     for_own_packs<MAXP>(L, [&](int p) {
       P o;
-      bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p), wr[p], br[p],
-                                                mean, rstd, c[0] * inv_n, c[1] * inv_n, o, aw + p * V,
-                                                DBS ? ab + p * V : ab);
+      bwd_write_pack<T, DBS>(op, own_slot<MAXP>(set, 0, p), own_slot<MAXP>(set, 1, p), wr[p], br[p], mean,
+                                        rstd, c[0] * inv_n, c[1] * inv_n, o, aw + p * V, DBS ? ab + p * V : ab);
       store_pack<T>(dxr, o, p, L);
     });
   };

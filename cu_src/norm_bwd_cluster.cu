@@ -1,8 +1,9 @@
 // Layer norm and RMS norm backward with the dweight / dbias column sums in shared memory rather than registers: a
 // row over one CTA or an sm_90 thread-block cluster (norm_bwd_shared), or streamed through a ring of shared-memory
 // stages across a cluster (norm_bwd_ring). Each CTA or cluster writes one partial row of column sums; column_sum
-// (norm_bwd.cu) adds them. Arithmetic as norm_bwd (common/norm.cuh). Cluster instances (CL > 1) and the ring need
-// compute capability 9.0 (on older targets their cluster instructions trap; the host never launches them there).
+// (norm_bwd.cu) adds them. Arithmetic and the op's arguments as norm_bwd (common/norm.cuh). Cluster instances
+// (CL > 1) and the ring need compute capability 9.0 (on older targets their cluster instructions trap; the host never
+// launches them there).
 #include "common/rows.cuh"
 #include "common/cluster.cuh"
 #include "common/norm.cuh"
@@ -45,7 +46,7 @@ __device__ __forceinline__ void store_sums(float4* acc, int s0, const float (&a)
 //     gridDim.x * warps), up to 4 packs a lane (n <= 128 * V), its sums by shuffles alone (no barrier a row); the
 //     warps' column sums folded in warp order at the end, so a CTA of 8 warps writes one partial row, not 8
 //     (32768x1024 f16 in 256-thread CTAs: 264 partial rows instead of 2112 from 64-thread one-row CTAs).
-template <typename T, int MODE, int FROM_OUTPUT, int CL, unsigned FORM>
+template <typename T, int MODE, int SRC, int CL, unsigned FORM>
 __global__ void __launch_bounds__(FORM & WARP_ROWS ? 512 : 1024, 1)
 norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                 const T* __restrict__ w, const T* __restrict__ b,
@@ -53,14 +54,17 @@ norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                 const float* __restrict__ rstd_in,
                 float* __restrict__ dw_part, float* __restrict__ db_part,
                 long long rows, long long n, float inv_n, long long chunk,
-                int packs_in) {
+                int packs_in, NormMode mode, NormSource source) {
   constexpr bool STAGE = FORM & STAGED, FULL = FORM & FULL_PACKS, WARPS = FORM & WARP_ROWS;
   launch_dependents();  // column_sum's blocks may start (they wait for this grid's end)
   static_assert(sizeof(T) <= 4, "float accumulators");
   typedef float A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N, MAXP = WARPS ? 4 : 2, Q = V / 4;  // Q float4 accumulator slots a pack
-  constexpr bool DBS = MODE == LAYER, USES_MEAN = MODE == LAYER && !FROM_OUTPUT;
+  const NormOp<MODE, SRC> op(mode, source);
+  // dbias sums (their slots too: the host sizes the shared memory by the mode) and the saved mean: layer rows
+  constexpr bool DBS = MODE != RMS;
+  const bool dbs = DBS && op.layer, uses_mean = op.layer && !op.from_y;
   static_assert(!WARPS || CL == 1, "warp rows: one CTA a row group");
   __shared__ A sums[2][2][32];  // the warps' (c1, c2) of the row, two sets alternating by row
   extern __shared__ int4 dyn_smem[];
@@ -75,10 +79,10 @@ norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
   const int slots = Q * packs * blockDim.x;  // float4 accumulators of one kind
   float4* const accw = reinterpret_cast<float4*>(dyn_smem);
   float4* const accb = accw + slots;
-  P* const ws = reinterpret_cast<P*>(accb + (DBS ? slots : 0));  // the weight's packs: no L2 trip a row
+  P* const ws = reinterpret_cast<P*>(accb + (dbs ? slots : 0));  // the weight's packs: no L2 trip a row
   P* const sa = ws + packs * blockDim.x;
   P* const sb = sa + packs * blockDim.x;
-  for (int k = threadIdx.x; k < (DBS ? 2 : 1) * slots; k += blockDim.x) accw[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int k = threadIdx.x; k < (dbs ? 2 : 1) * slots; k += blockDim.x) accw[k] = make_float4(0.f, 0.f, 0.f, 0.f);
   const T* wb = w ? w + begin : nullptr;
   const T* bb = b ? b + begin : nullptr;
 #pragma unroll
@@ -88,26 +92,26 @@ norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
   if (STAGE) stage_first_pair<T, MAXP>(sa, sb, src, dy, row * n + begin, row < rows, L);
   // From x, the row's statistics are loaded one row ahead (a dependent L2 trip before the first pass
   // otherwise); from the output (bias packs, divisions) that register spilled.
-  constexpr bool AHEAD = !FROM_OUTPUT;
-  A rstd_next = AHEAD && row < rows ? rstd_in[row] : A(0), mean_next = USES_MEAN && row < rows ? mean_in[row] : A(0);
+  const bool ahead = !op.from_y;
+  A rstd_next = ahead && row < rows ? rstd_in[row] : A(0), mean_next = uses_mean && row < rows ? mean_in[row] : A(0);
   int set = 0;
   for (; row < rows; row += groups, set ^= 1) {
     const long long off = row * n + begin;
     P rx[MAXP], rd[MAXP];
     load_row_pair<STAGE, T, MAXP>(rx, rd, sa, sb, src, dy, off, groups * n, row + groups < rows, L);
-    const A rstd = AHEAD ? rstd_next : rstd_in[row], mean = mean_next;
-    if (AHEAD && row + groups < rows) {
+    const A rstd = ahead ? rstd_next : rstd_in[row], mean = mean_next;
+    if (ahead && row + groups < rows) {
       rstd_next = rstd_in[row + groups];
-      if (USES_MEAN) mean_next = mean_in[row + groups];
+      if (uses_mean) mean_next = mean_in[row + groups];
     }
     A c1 = A(0), c2 = A(0);
 #pragma unroll
     for (int p = 0; p < MAXP; ++p)
       if (p < packs)
-        bwd_sums_pack<T, MODE, FROM_OUTPUT>(rx[p], rd[p], ws[p * blockDim.x + threadIdx.x], column_pack<T>(bb, p, L, 0.f),
-                                            mean, rstd, c1, c2);
-    if (!FROM_OUTPUT) c2 *= rstd;
-    if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
+        bwd_sums_pack<T>(op, rx[p], rd[p], ws[p * blockDim.x + threadIdx.x], column_pack<T>(bb, p, L, 0.f), mean, rstd,
+                         c1, c2);
+    if (!op.from_y) c2 *= rstd;
+    if (op.layer) group_reduce2<A>(c1, c2, 32);
     else c2 = group_reduce<SumOp>(c2, 32);
     if (!WARPS) {  // the CTA's (the cluster's) warps' sums
       if (lane == 0) {
@@ -120,11 +124,11 @@ norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
       if (lane < warps) {
 #pragma unroll
         for (int r = 0; r < CL; ++r) {  // rank order
-          if (MODE == LAYER) c1 += CL > 1 ? ld_shared_cluster(&sums[set][0][lane], r) : sums[set][0][lane];
+          if (op.layer) c1 += CL > 1 ? ld_shared_cluster(&sums[set][0][lane], r) : sums[set][0][lane];
           c2 += CL > 1 ? ld_shared_cluster(&sums[set][1][lane], r) : sums[set][1][lane];
         }
       }
-      if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
+      if (op.layer) group_reduce2<A>(c1, c2, 32);
       else c2 = group_reduce<SumOp>(c2, 32);
     }
     opaque<T, MAXP>(rx);
@@ -135,20 +139,21 @@ norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
         const int s0 = Q * p * blockDim.x + threadIdx.x;
         A aw[V], ab[V];
         load_sums<Q>(aw, accw, s0);
-        if (DBS) load_sums<Q>(ab, accb, s0);
+        if (dbs) load_sums<Q>(ab, accb, s0);
         P o;
-        bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(rx[p], rd[p], ws[p * blockDim.x + threadIdx.x],
-                                                  column_pack<T, true>(bb, p, L, 0.f), mean, rstd, c1 * inv_n, c2 * inv_n, o, aw, ab);
+        bwd_write_pack<T, DBS>(op, rx[p], rd[p], ws[p * blockDim.x + threadIdx.x],
+                                          column_pack<T, true>(bb, p, L, 0.f), mean, rstd, c1 * inv_n, c2 * inv_n, o, aw,
+                                          ab);
         store_pack<T>(dx + off, o, p, L);
         store_sums<Q>(accw, s0, aw);
-        if (DBS) store_sums<Q>(accb, s0, ab);
+        if (dbs) store_sums<Q>(accb, s0, ab);
       }
     }
   }
   if (CL > 1) cluster_sync_all();  // the peers' last reads of `sums` are done before this CTA exits
   if (WARPS) {  // partial row blockIdx.x: slot h of pack p, lane l, summed over the warps in order
     __syncthreads();
-    for (int k = threadIdx.x; k < (DBS ? 2 : 1) * Q * packs * 32; k += blockDim.x) {
+    for (int k = threadIdx.x; k < (dbs ? 2 : 1) * Q * packs * 32; k += blockDim.x) {
       const int kind = k / (Q * packs * 32), qp = k / 32 % (Q * packs), l = k % 32, p = qp / Q;
       float* out = kind == 0 ? dw_part : db_part;
       const int col = (p * 32 + l) * V + 4 * (qp % Q);
@@ -164,7 +169,7 @@ norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
     return;
   }
   // Partial row `group`, columns [begin, begin + L.len): each thread its own slots (no barrier needed).
-  for (int k = 0; k < (DBS ? 2 : 1); ++k) {
+  for (int k = 0; k < (dbs ? 2 : 1); ++k) {
     float* out = k == 0 ? dw_part : db_part;
     if (out == nullptr) continue;
     const float4* acc = k == 0 ? accw : accb;
@@ -197,20 +202,23 @@ norm_bwd_shared(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
 // S = 6 stages and a lag of 2 (three stages with a lag of 1, two CTAs an SM, took ~100 us on the row above).
 template <typename T, bool FLOATS> struct RingWeight { typedef typename Vec16<T>::type type; };
 template <typename T> struct RingWeight<T, true> { typedef Pack<float, Vec16<T>::N> type; };
-template <typename T, int MODE, int FROM_OUTPUT, int CL, int PK, int S = 6, int LAG = 2>
+template <typename T, int MODE, int SRC, int CL, int PK, int S = 6, int LAG = 2>
 __global__ void __launch_bounds__(1024 / PK, 1) norm_bwd_ring(const T* __restrict__ src, const T* __restrict__ dy, T* dx,
                                                          const T* __restrict__ w, const T* __restrict__ b,
                                                          const float* __restrict__ mean_in,
                                                          const float* __restrict__ rstd_in,
                                                          float* __restrict__ dw_part, float* __restrict__ db_part,
-                                                         long long rows, long long n, float inv_n) {
+                                                         long long rows, long long n, float inv_n, NormMode mode,
+                                                         NormSource source) {
   launch_dependents();  // column_sum's blocks may start (they wait for this grid's end)
   static_assert(sizeof(T) <= 4 && CL > 1 && LAG >= 1 && S >= LAG + 2 && PK >= 1,
                 "float sums; a cluster; stages for rows i..i + LAG and one loading");
   typedef float A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N, K = 2 * LAG + 2;
-  constexpr bool DBS = MODE == LAYER, USES_MEAN = MODE == LAYER && !FROM_OUTPUT;
+  const NormOp<MODE, SRC> op(mode, source);
+  constexpr bool DBS = MODE != RMS;  // dbias sums (of layer rows)
+  const bool uses_mean = op.layer && !op.from_y;
   __shared__ float2 part[K][32], sums[K][CL];  // [row % K][warp]: this CTA's (c1, c2); [row % K][sender's rank]
   // full[S] (a stage's bytes landed), empty[S] (its warps done), local[K] (the warps' sums in part), recv[K] (sums)
   __shared__ alignas(8) unsigned long long bars[2 * S + 2 * K];
@@ -271,7 +279,7 @@ __global__ void __launch_bounds__(1024 / PK, 1) norm_bwd_ring(const T* __restric
   // (mean, rstd) of the group's row j, whose index is stat_row (stepped with j)
   long long stat_row = group;
   auto stats = [&](unsigned j) {
-    const float2 v = j < count ? make_float2(USES_MEAN ? mean_in[stat_row] : 0.f, rstd_in[stat_row])
+    const float2 v = j < count ? make_float2(uses_mean ? mean_in[stat_row] : 0.f, rstd_in[stat_row])
                                : make_float2(0.f, 0.f);
     stat_row += groups;
     return v;
@@ -283,10 +291,10 @@ __global__ void __launch_bounds__(1024 / PK, 1) norm_bwd_ring(const T* __restric
 #pragma unroll
     for (int p = 0; p < PK; ++p) {
       const P xv = ring[2 * fs * W + p * blockDim.x + t], dv = ring[(2 * fs + 1) * W + p * blockDim.x + t];
-      bwd_sums_pack<T, MODE, FROM_OUTPUT>(xv, dv, wp[p], bp[p], st.x, st.y, c1, c2);
+      bwd_sums_pack<T>(op, xv, dv, wp[p], bp[p], st.x, st.y, c1, c2);
     }
-    if (!FROM_OUTPUT) c2 *= st.y;
-    if (MODE == LAYER) group_reduce2<A>(c1, c2, 32);
+    if (!op.from_y) c2 *= st.y;
+    if (op.layer) group_reduce2<A>(c1, c2, 32);
     else c2 = group_reduce<SumOp>(c2, 32);
     if (lane == 0) {
       part[fk][warp] = make_float2(c1, c2);
@@ -332,8 +340,8 @@ __global__ void __launch_bounds__(1024 / PK, 1) norm_bwd_ring(const T* __restric
     for (int p = 0; p < PK; ++p) {
       const P xv = ring[2 * ss * W + p * blockDim.x + t], dv = ring[(2 * ss + 1) * W + p * blockDim.x + t];
       P o;
-      bwd_write_pack<T, MODE, FROM_OUTPUT, DBS>(xv, dv, wp[p], bp[p], cur.x, cur.y, c1 * inv_n, c2 * inv_n, o,
-                                                aw + p * V, ab + (DBS ? p * V : 0));
+      bwd_write_pack<T, DBS>(op, xv, dv, wp[p], bp[p], cur.x, cur.y, c1 * inv_n, c2 * inv_n, o, aw + p * V,
+                                        ab + (DBS ? p * V : 0));
       // __stwb: one 16-byte store (in the cluster instances NVVM split a plain pack store into 2- and 4-byte ones)
       __stwb(reinterpret_cast<int4*>(dxr + p * blockDim.x * V), *reinterpret_cast<const int4*>(&o));
     }
@@ -348,7 +356,8 @@ __global__ void __launch_bounds__(1024 / PK, 1) norm_bwd_ring(const T* __restric
   // The partial rows through the idle ring (W V floats a kind <= 2 S seg bytes) and out by bulk stores: whole lines
   // (H100: plain float4 stores at a 32-byte lane stride cost 3x their bytes in L2 write sectors).
   float4* const stage = reinterpret_cast<float4*>(dyn_smem);
-  for (int kind = 0; kind < (DBS ? 2 : 1); ++kind) {
+  const bool dbs = DBS && op.layer;
+  for (int kind = 0; kind < (dbs ? 2 : 1); ++kind) {
     const A* a = kind == 0 ? aw : ab;
 #pragma unroll
     for (int p = 0; p < PK; ++p)
@@ -359,7 +368,7 @@ __global__ void __launch_bounds__(1024 / PK, 1) norm_bwd_ring(const T* __restric
   }
   fence_proxy_async_shared();
   __syncthreads();
-  if (t < (DBS ? 2 : 1)) {  // thread k stores kind k
+  if (t < (dbs ? 2 : 1)) {  // thread k stores kind k
     float* out = t == 0 ? dw_part : db_part;
     if (out != nullptr) {
       bulk_store(out + group * n + begin, ring_at + t * W * V * 4, W * V * 4);

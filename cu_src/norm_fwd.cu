@@ -4,7 +4,9 @@
 // Same row layout and dispatch as softmax.cu (common/rows.cuh): sub-warp groups for short rows, a block a row,
 // co-resident blocks a row for very long rows (pipelined: norm_fwd_parts), shared-memory tiles for short rows that
 // are not whole packs (norm_fwd_tiled). Template arguments name their form (common/norm.cuh): e.g.
-// norm_fwd<half, LAYER, ROW_BLOCK, STAGED | FULL_PACKS>.
+// norm_fwd<half, ANY_MODE, ROW_BLOCK, STAGED | FULL_PACKS>. norm_fwd and norm_fwd_tiled take the op as their last
+// argument (mode: LAYER or RMS), read where MODE is ANY_MODE (norm_fwd_tiled: always); a few forms compile it in
+// (host: norm._fwd_compiled), and norm_fwd_parts always.
 #include "common/rows.cuh"
 #include "common/norm.cuh"
 
@@ -29,33 +31,43 @@ __device__ __forceinline__ void combine_norm_parts(const A* sl, int parts, long 
   }
 }
 
-// Output element e of a pack from x: (x - mean) * rstd * w + b (layer), x * rstd * w (rms: mean 0).
-// With FMA, a half type's layer output takes x * rstd + shift, shift = -mean * rstd (computed once a row by the
-// caller): one FMA instead of a subtraction and a product. Its rounding, ~2^-24 * |mean| / std, stays far below a half
-// type's; float32 keeps the subtraction (exact where |mean| >> std), and so does the run-time-group element path:
-// there a row of one element (x = mean) must give exactly b, which x * rstd + shift misses by the rounding of x * rstd.
+// Output element e of a pack from x: (x - mean) * rstd * w + b (layer), x * rstd * w (rms: mean 0). With FMA, a
+// half type's layer output takes x * rstd + shift, shift = -mean * rstd (computed once a row by the caller): one FMA
+// instead of a subtraction and a product. Its rounding, ~2^-24 * |mean| / std, stays far below a half type's; float32
+// keeps the subtraction (exact where |mean| >> std), and so does the run-time-group element path: there a row of one
+// element (x = mean) must give exactly b, which x * rstd + shift misses by the rounding of x * rstd.
+// ANY_MODE (the mode at run time): the layer form throughout, rms rows passing mean 0, shift -0 and a bias of -0
+// (out_shift, bias_fill): x * rstd + -0 and xhat * w + -0 are x * rstd and xhat * w to the bit, contracted into FMAs
+// or not, at no cost an element.
 template <int MODE, typename T, bool FMA = true, typename A>
 __device__ __forceinline__ A norm_out(const typename Vec16<T>::type& xp, const typename Vec16<T>::type& wp,
                                       const typename Vec16<T>::type& bp, int e, A mean, A rstd, A shift) {
-  const A xh = MODE == LAYER && sizeof(T) == 2 && FMA ? elem<A>(xp, e) * rstd + shift : (elem<A>(xp, e) - mean) * rstd;
-  return MODE == LAYER ? xh * elem<A>(wp, e) + elem<A>(bp, e) : xh * elem<A>(wp, e);
+  const A xh = MODE != RMS && sizeof(T) == 2 && FMA ? elem<A>(xp, e) * rstd + shift : (elem<A>(xp, e) - mean) * rstd;
+  return MODE == RMS ? xh * elem<A>(wp, e) : xh * elem<A>(wp, e) + elem<A>(bp, e);
 }
+// norm_out's shift, and the bias fill of a pack without bias (the host passes rms rows no bias), by the run-time mode
+template <typename A>
+__device__ __forceinline__ A out_shift(NormMode mode, A mean, A rstd) { return mode == LAYER ? -mean * rstd : A(-0.0); }
+__device__ __forceinline__ float bias_fill(NormMode mode) { return mode == LAYER ? 0.f : -0.f; }
 
-// norm_fwd's launch bounds: FwdBounds, but shifted rows of a compile-time sub-warp group (128-thread blocks:
-// _rowwise.TUNING.subwarp_block) of a half type bounded for 7 an SM (72 registers: at 64 its layer instances spilled
-// 96-112 bytes; float32's did not).
+// norm_fwd's launch bounds: FwdBounds, but the unstaged rows of a compile-time sub-warp group come in 128-thread
+// blocks (_rowwise.TUNING.subwarp_block): shifted ones of a half type bounded for 7 an SM (72 registers: at 64 its
+// layer instances spilled 96-112 bytes; float32's did not), the others for 9 (half types, 56 registers) or 12
+// (float32, 40), no spill: the run-time mode's instances, left at 64, took up to 63 (8 an SM) where the layer ones
+// took 55-56 (bfloat16 on sm_90) and 44 where they took 40 (float32 FULL_PACKS on sm_80).
 template <typename T, int GT, unsigned FORM> struct NormFwdBounds {
   static constexpr int STAGE = FORM & STAGED ? 1 : 0;
-  static constexpr bool sub = (FORM & SHIFTED) && GT > 0 && GT <= 32;
+  static constexpr bool sub = !STAGE && GT > 0 && GT <= 32, shifted = FORM & SHIFTED;
   static constexpr int threads = sub ? 128 : FwdBounds<T, STAGE, GT>::threads;
-  static constexpr int blocks = sub ? (sizeof(T) == 2 ? 7 : 8) : FwdBounds<T, STAGE, GT>::blocks;
+  static constexpr int blocks = !sub ? FwdBounds<T, STAGE, GT>::blocks
+                                : shifted ? (sizeof(T) == 2 ? 7 : 8) : (sizeof(T) == 2 ? 9 : 12);
 };
 
 // Launch: 1-D grid of blocks of G * groups threads (<= FwdThreads: 1024, float64 512; G = block when G > 32); block b
 // takes segment b % parts of rows (b / parts) * groups + group + k * (grid / parts) * groups. w / b may be null (no
 // affine), mean / rstd may be null (not saved). n <= parts * packs * G * V. inv_n = 1 / n, rounded by the host (the
 // kernels multiply: an IEEE division is ~10 instructions and a slow path). phase, sync, slots: rows.cuh row_parts
-// (parts > 1: 0 one launch, 1 and 2 two).
+// (parts > 1: 0 one launch, 1 and 2 two). MODE, or with ANY_MODE the argument mode:
 //   layer: y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps), var biased: shifted sums in
 //          one paired reduction, the exact two-pass where they would cancel (see below)
 //   rms:   y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)
@@ -74,11 +86,12 @@ norm_fwd(
     const T* x, T* y, const T* __restrict__ w, const T* __restrict__ b,
     typename AccOf<T>::type* __restrict__ mean_out, typename AccOf<T>::type* __restrict__ rstd_out, long long rows,
     long long n, long long chunk, int G, int packs, int parts, int aligned, typename AccOf<T>::type eps,
-    typename AccOf<T>::type inv_n, int phase, int* sync, typename AccOf<T>::type* slots) {
+    typename AccOf<T>::type inv_n, int phase, int* sync, typename AccOf<T>::type* slots, NormMode mode) {
   constexpr int STAGE = FORM & STAGED ? 1 : 0;
   constexpr bool FULL = FORM & FULL_PACKS, SHIFT = FORM & SHIFTED;
   constexpr bool FMA = GT != ANY_GROUP || SHIFT;  // norm_out's
   fix_group<GT>(G, parts, aligned);
+  if (MODE != ANY_MODE) mode = NormMode(MODE);  // (a compiled-in mode folds every test of it)
   typedef typename AccOf<T>::type A;
   typedef typename Vec16<T>::type P;
   constexpr int V = Vec16<T>::N;
@@ -115,8 +128,8 @@ norm_fwd(
     // a pack's elements inside the segment: all of a whole pack, else those inside(p, e) says
     auto whole = [&](int p) { return FULL || (SHIFT ? R.whole(R.at(p)) : R.len - R.at(p) >= V); };
     auto inside = [&](int p, int e) { return SHIFT ? R.mine(R.at(p) + e) : e < R.len - R.at(p); };
-    A mean = A(0), rstd;
-    if (MODE == LAYER) {
+    A mean = A(0), m2;  // (rms: m2 the sum of squares)
+    if (mode == LAYER) {
       // One reduction for both moments: sums shifted by K, the segment's first element (the same for
       // every thread: a broadcast load), s1 = sum(x - K), s2 = sum((x - K)^2), reduced as a pair;
       // M2 = s2 - s1^2 / len. That cancels when K is far from the mean (relative error ~ eps * s2 /
@@ -148,7 +161,7 @@ norm_fwd(
           }
         }
       row_reduce2<true>(s1, s2, G, mask, scratch.at(0));  // at(0), at(1)
-      A m2 = s2 - s1 * s1 * inv_len;
+      m2 = s2 - s1 * s1 * inv_len;
       const A seg_mean = K + s1 * inv_len;
       if (!(s1 * s1 * inv_len <= A(0.875) * s2)) {  // also NaN: the exact pass propagates it
         opaque<T, MAXP>(r);
@@ -173,7 +186,6 @@ norm_fwd(
         if (phase == 1) continue;
         combine_norm_parts<LAYER>(sl, parts, chunk, n, inv_n, mean, m2);  // after the exchange's barrier
       }
-      rstd = acc_rsqrt<A>(m2 * inv_n + eps);
     } else {
       A ss = A(0);
 #pragma unroll
@@ -184,24 +196,24 @@ norm_fwd(
             const A v = elem<A>(r[p], e);
             ss += v * v;
           }
-      ss = row_reduce<SumOp, true>(ss, G, mask, scratch.at(0));
+      m2 = row_reduce<SumOp, true>(ss, G, mask, scratch.at(0));
       if (parts > 1) {
-        const A mine[1] = {ss};
+        const A mine[1] = {m2};
         const A* sl = row_parts<A, 1>(mine, slots, sync, row, part, parts, phase);
         if (phase == 1) continue;
-        combine_norm_parts<RMS>(sl, parts, chunk, n, inv_n, mean, ss);
+        combine_norm_parts<RMS>(sl, parts, chunk, n, inv_n, mean, m2);
       }
-      rstd = acc_rsqrt<A>(ss * inv_n + eps);
     }
+    const A rstd = acc_rsqrt<A>(m2 * inv_n + eps);  // (after the branches: one FMA, as each op's instance contracts)
     if (part == 0 && L.lane == 0 && live) {
       if (mean_out) mean_out[row] = mean;
       if (rstd_out) rstd_out[row] = rstd;
     }
     opaque<T, MAXP>(r);
-    const A shift = -mean * rstd;  // norm_out's, for a half type's layer rows
+    const A shift = out_shift(mode, mean, rstd);  // norm_out's, for a half type's rows
     if constexpr (SHIFT) {
       store_shifted<T, MAXP>(y + from, R, live, row + 1 < rows, sx, [&](int p) {
-        const P wp = column_at<T>(w, p, R, 1.f), bp = column_at<T>(b, p, R, 0.f);
+        const P wp = column_at<T>(w, p, R, 1.f), bp = column_at<T>(b, p, R, bias_fill(mode));
         P o;
         auto out = [&](int e) -> A { return norm_out<MODE, T, FMA>(r[p], wp, bp, e, mean, rstd, shift); };
 #pragma unroll
@@ -217,7 +229,7 @@ norm_fwd(
 #pragma unroll
     for (int p = 0; p < MAXP; ++p) {
       if (p < packs) {
-        const P wp = column_pack<T>(wr, p, L, 1.f), bp = column_pack<T>(br, p, L, 0.f);
+        const P wp = column_pack<T>(wr, p, L, 1.f), bp = column_pack<T>(br, p, L, bias_fill(mode));
         P o;
         auto out = [&](int e) -> A { return norm_out<MODE, T, FMA>(r[p], wp, bp, e, mean, rstd, shift); };
 #pragma unroll
@@ -234,13 +246,13 @@ norm_fwd(
 // Launch: 1-D grid of ceil(rows / (rows_per_thread * blockDim.x)) blocks of <= 256 threads (a multiple of 32),
 // dynamic shared memory of one tile (ceil(tile rows * n / V) 16-byte slots), x and y 16-byte aligned; any n >= 1;
 // w / b / mean_out / rstd_out may be null. y may be x.
-template <typename T, int MODE>
+template <typename T>
 __global__ void __launch_bounds__(256) norm_fwd_tiled(const T* x, T* y, const T* __restrict__ w,
                                                       const T* __restrict__ b,
                                                       typename AccOf<T>::type* __restrict__ mean_out,
                                                       typename AccOf<T>::type* __restrict__ rstd_out, long long rows,
                                                       int n, int rows_per_thread, typename AccOf<T>::type eps,
-                                                      typename AccOf<T>::type inv_n) {
+                                                      typename AccOf<T>::type inv_n, NormMode mode) {
   typedef typename AccOf<T>::type A;
   extern __shared__ int4 tile_mem[];
   const RowTile t(rows, n, rows_per_thread * blockDim.x);
@@ -250,7 +262,7 @@ __global__ void __launch_bounds__(256) norm_fwd_tiled(const T* x, T* y, const T*
   __syncthreads();
   for (int i = threadIdx.x; i < t.nrows; i += blockDim.x) {
     T* const r = reinterpret_cast<T*>(tile_mem) + i * n;
-    const A mean = MODE == LAYER ? fold_span<SumOp>(r, r, n, A(0), [](A v, A) { return v; }) * inv_n : A(0);
+    const A mean = mode == LAYER ? fold_span<SumOp>(r, r, n, A(0), [](A v, A) { return v; }) * inv_n : A(0);
     const A m2 = fold_span<SumOp>(r, r, n, A(0), [&](A v, A) { const A d = v - mean; return d * d; });
     const A rstd = acc_rsqrt<A>(m2 * inv_n + eps);
     if (mean_out) mean_out[t.row0 + i] = mean;
@@ -258,7 +270,7 @@ __global__ void __launch_bounds__(256) norm_fwd_tiled(const T* x, T* y, const T*
     map_span<A>(r, r, n, [&](A v, A, int k) {
       A o = (v - mean) * rstd;
       if (w) o *= cast<A>(w[k]);
-      if (MODE == LAYER && b) o += cast<A>(b[k]);
+      if (b) o += cast<A>(b[k]);  // (rms: no bias)
       return o;
     });
   }
@@ -284,7 +296,8 @@ __device__ __forceinline__ float own_sum(const typename Vec16<T>::type* set, con
 // Launch: grid = parts * row groups, every block resident; blocks of <= 512 threads; dynamic shared memory
 // of 3 * MAXP * blockDim.x 16-byte slots (as softmax_fwd_parts); n <= parts * packs * blockDim.x * V; aligned
 // rows, float accumulators (words: rows * parts * 2 tagged 64-bit slots,
-// zero before the first publish: zero_words). In place allowed (y == x). FORM: PLAIN or FULL_PACKS.
+// zero before the first publish: zero_words). In place allowed (y == x). FORM: PLAIN or FULL_PACKS. MODE compiled
+// in: it sets the words a part publishes (K) and float32 layer norm's bias registers.
 template <typename T, int MODE, int MAXP, unsigned FORM = PLAIN>
 __global__ void __launch_bounds__(512, MAXP > 4 ? 1 : 2) norm_fwd_parts(const T* x, T* y, const T* __restrict__ w,
                                                          const T* __restrict__ b, float* __restrict__ mean_out,

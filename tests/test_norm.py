@@ -3,6 +3,7 @@ references (GPU), every dispatch path at its boundaries; on the CPU: validation,
 instance each row length takes (exactly the declared ones), and the torch wrappers' autograd over reference
 impls."""
 import contextlib
+import re
 
 import numpy as np
 import pytest
@@ -10,6 +11,8 @@ import pytest
 import cupy_kernels as ck
 from conftest import (FLOATS, HAS_TORCH_CUDA, TOL, close_everywhere, cupy_array, gpu, group_lengths, many_rows,
                       rel_err, rng, rounded, to_f64, torch, torch_gpu)
+from cupy_kernels._runtime.launch import Buffer
+from cupy_kernels._runtime.sources import read_source
 from cupy_kernels._runtime.tuning import tuned
 from cupy_kernels.ops import _rowwise as rw
 from cupy_kernels.ops import norm as N
@@ -107,26 +110,31 @@ def test_boundaries_cover_every_path():
 
 def test_names_read_as_forms():
     """Instance names spell their form (common/norm.cuh), not runs of positional flags."""
-    assert N.fwd_name("float16", "layer_norm", 8, full=True) == "norm_fwd<half, LAYER, 8, FULL_PACKS>"
+    assert N.fwd_name("float16", "layer_norm", 8, full=True) == "norm_fwd<half, ANY_MODE, 8, FULL_PACKS>"
     assert N.fwd_name("float32", "rms_norm", rw.ROW_BLOCK, staged=True, full=True) == \
-        "norm_fwd<float, RMS, ROW_BLOCK, STAGED | FULL_PACKS>"
-    assert N.fwd_name("float64", "layer_norm") == "norm_fwd<double, LAYER, ANY_GROUP, PLAIN>"
+        "norm_fwd<float, ANY_MODE, ROW_BLOCK, STAGED | FULL_PACKS>"
+    assert N.fwd_name("float64", "layer_norm") == "norm_fwd<double, ANY_MODE, ANY_GROUP, PLAIN>"
+    assert N.fwd_name("float16", "layer_norm", shifted=True) == "norm_fwd<half, LAYER, ANY_GROUP, SHIFTED>"
+    assert N.fwd_parts_name("float32", "rms_norm") == f"norm_fwd_parts<float, RMS, {rw.TUNING.parts_packs_norm}, PLAIN>"
     assert N.bwd_name("float16", "layer_norm", True, 1, staged=True, shifted=True) == \
         "norm_bwd<half, LAYER, FROM_Y, 1, ANY_GROUP, STAGED | SHIFTED>"
     assert N.bwd_name("bfloat16", "layer_norm", False, 2, no_dbias=True) == \
         "norm_bwd<bfloat16, LAYER, FROM_X, 2, ANY_GROUP, NO_DBIAS>"
+    assert N.bwd_name("float32", "rms_norm", True, 2, 4) == "norm_bwd<float, ANY_MODE, ANY_SOURCE, 2, 4, PLAIN>"
     assert N.shared_name("float16", "rms_norm", False, 1, True, True, True) == \
-        "norm_bwd_shared<half, RMS, FROM_X, 1, STAGED | FULL_PACKS | WARP_ROWS>"
-    assert N.ring_name("bfloat16", "layer_norm", True, 4, 2) == "norm_bwd_ring<bfloat16, LAYER, FROM_Y, 4, 2>"
+        "norm_bwd_shared<half, ANY_MODE, ANY_SOURCE, 1, STAGED | FULL_PACKS | WARP_ROWS>"
+    assert N.ring_name("bfloat16", "layer_norm", True, 4, 2) == "norm_bwd_ring<bfloat16, ANY_MODE, ANY_SOURCE, 4, 2>"
+    assert N.ring_name("float16", "layer_norm", False, 4, 1) == "norm_bwd_ring<half, ANY_MODE, FROM_X, 4, 1>"
+    assert N.ring_name("float16", "rms_norm", True, 4, 1) == "norm_bwd_ring<half, RMS, FROM_Y, 4, 1>"
     for src in N.SOURCES:
         assert len(src.names) == len(set(src.names)) and not any("true" in n or "false" in n for n in src.names)
 
 
 def test_instance_count():
     """The instances the dispatch takes (test_dispatch_takes_exactly_the_declared_instances), and no more: 795 before
-    the forms nothing took were retired."""
+    the forms nothing took were retired, 609 before most took the op (mode, source) as a run-time argument."""
     counts = {s.filename: len(s.names) for s in N.SOURCES}
-    assert sum(counts.values()) <= 620, counts
+    assert sum(counts.values()) <= 300, counts
     assert rw.ZERO_WORDS in N.FWD.names and rw.ZERO_WORDS in N.BWD.names  # both launch pipelined kernels
 
 
@@ -138,10 +146,15 @@ class _Props:
 
 
 class _Names(N.PlanBuilder):
-    """A plan builder that records the kernels' names only (no device)."""
+    """A plan builder that records the kernels' names only (no device); with `calls` (a list) set on the class, each
+    launch's (kernel, args, block) too."""
+
+    calls = None
 
     def launch(self, kernel, grid, block, args, shared_mem=0, cluster=1, after_previous=False):
         self.launches.append(kernel.name)
+        if self.calls is not None:
+            self.calls.append((kernel, tuple(args), block))
 
 
 @contextlib.contextmanager
@@ -248,8 +261,10 @@ def _sweep_backward(cc, dtypes=ALL, lengths=None):
 def test_dispatch_takes_exactly_the_declared_instances(monkeypatch):
     """Over every dtype, mode, source (x or y), device kind (sm_80, sm_90), alignment and row length class, each
     kernel the planners launch is declared, and each declared instance is launched by some row: nothing compiled
-    that production cannot take (the forms that only ladder variants and probes took were retired)."""
-    taken = {}
+    that production cannot take (the forms that only ladder variants and probes took were retired). Each launch
+    passes its kernel's parameters (_check_args)."""
+    taken, calls = {}, []
+    monkeypatch.setattr(_Names, "calls", calls)  # and each launch's arguments, checked below
     for cc in (80, 90):
         with fake_device(monkeypatch, cc):
             if cc == 80:
@@ -261,6 +276,7 @@ def test_dispatch_takes_exactly_the_declared_instances(monkeypatch):
     # column_sum's (Y, CW, TW) follow the partial rows' count and the SM count (occupancy, device): all declared
     untaken = {k for k in declared - set(taken) if not k.startswith("column_sum<")}
     assert not untaken, sorted(untaken)
+    assert _check_calls(calls) == {k for k in taken if k in declared}  # one argument a parameter, of its type
 
 
 def _assert_sweep_declared(monkeypatch):
@@ -272,6 +288,70 @@ def _assert_sweep_declared(monkeypatch):
         with fake_device(monkeypatch, cc):
             got = set(_sweep_backward(cc, lengths=lengths)) | (set(_sweep(lengths=lengths)) if cc == 80 else set())
             assert got <= declared, sorted(got - declared)
+
+
+def _kernel_params(filename, kernel):
+    """The declared types of the parameters of __global__ `kernel` in cu_src/<filename> (its headers pasted in)."""
+    text = re.sub(r"//[^\n]*", "", read_source(filename))
+    m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?" + kernel + r"\s*\(", text)
+    assert m, f"{kernel}: no definition in cu_src/{filename}"
+    params, depth, start = [], 0, m.end()
+    for i in range(m.end(), len(text)):
+        c = text[i]
+        if c in "(<":
+            depth += 1
+        elif c in ">)" and depth:
+            depth -= 1
+        elif c in ",)":
+            params.append(" ".join(text[start:i].split()))
+            start = i + 1
+            if c == ")":
+                break
+    return [p.rsplit(" ", 1)[0].replace(" __restrict__", "") for p in params if p]
+
+
+def _check_args(kernel, args):
+    """A launch's arguments against its kernel's parameters: as many, a pointer a Buffer or None, an integer or float
+    the NumPy scalar of its width (a mismatch only shows on a GPU: the driver reads each parameter's bytes)."""
+    base, targs = kernel.name.split("<", 1) if "<" in kernel.name else (kernel.name, "")
+    acc = np.float64 if targs.startswith("double") else np.float32
+    scalars = {"long long": np.int64, "int": np.int32, "NormMode": np.int32, "NormSource": np.int32,
+               "float": np.float32, "typename AccOf<T>::type": acc}
+    params = _kernel_params(kernel.source.filename, base)
+    assert len(args) == len(params), (kernel.name, len(args), params)
+    for i, (a, p) in enumerate(zip(args, params)):
+        if p.endswith("*"):
+            assert a is None or isinstance(a, Buffer), (kernel.name, i, p, a)
+        else:
+            assert type(a) is scalars[p], (kernel.name, i, p, type(a).__name__)
+
+
+def _check_calls(calls):
+    """_check_args on the first launch of each norm instance among `calls` (kernel, args, block); the names checked.
+    The unstaged forward rows of a compile-time sub-warp group come in blocks of 128 threads, their launch bound
+    (NormFwdBounds)."""
+    seen = {}
+    for kernel, args, block in calls:
+        if kernel.source in N.SOURCES and seen.setdefault(kernel.name, args) is args:
+            _check_args(kernel, args)
+        form = re.fullmatch(r"norm_fwd<\w+, \w+, (\d+), ([A-Z_ |]+)>", kernel.name)
+        if form and int(form.group(1)) <= 32 and "STAGED" not in form.group(2):
+            assert block == 128, (kernel.name, block)
+    return set(seen)
+
+
+def test_long_rows_over_two_launches_pass_the_kernel_signatures(monkeypatch):
+    """The launches of rows over several blocks that are not pipelined (one launch exchanging, or two: the phases)
+    pass their kernels' parameters as test_dispatch_takes_exactly_the_declared_instances checks the rest."""
+    lengths = [n for n in _sweep_lengths() if n % 1024 in (0, 1, 8) and n > 4096]
+    calls = []
+    monkeypatch.setattr(_Names, "calls", calls)
+    for long_rows in ("exchange", "split"):
+        with tuned(rw, pipelined_fwd=False, pipelined_bwd=False, long_rows=long_rows):
+            with fake_device(monkeypatch, 80):
+                _sweep_backward(80, lengths=lengths)
+                _sweep(lengths=lengths)
+    assert {"norm_fwd", "norm_bwd"} <= {name.split("<")[0] for name in _check_calls(calls)}
 
 
 @pytest.mark.parametrize("changes", [dict(stage_fwd=False), dict(full_parts=False), dict(tiled_max_n=0),

@@ -26,6 +26,9 @@ CLUSTER = KernelSource("norm_bwd_cluster.cu")
 SOURCES = (FWD, BWD, CLUSTER)
 MODES = {"layer_norm": "LAYER", "rms_norm": "RMS"}  # the NormMode names of common/norm.cuh
 SOURCE_NAMES = {False: "FROM_X", True: "FROM_Y"}    # the backward's src (NormSource)
+# Their values, the kernels' run-time arguments `mode` and `source` (instances of ANY_MODE / ANY_SOURCE read them)
+MODE_ARGS = {"layer_norm": np.int32(0), "rms_norm": np.int32(1)}
+SOURCE_ARGS = {False: np.int32(0), True: np.int32(1)}
 SHARED_DTYPES = ("float16", "bfloat16", "float32")  # norm_bwd_shared and norm_bwd_ring: float sums
 SHARED_CLUSTERS = (1, 2, 4)  # norm_bwd_shared's CTAs a row at TUNING.shared_threads (and 8 at cl8_threads)
 RING_CLUSTERS, RING_PACKS = (2, 4, 8), (1, 2, 4)
@@ -139,12 +142,48 @@ def _form(staged=False, full=False, shifted=False, no_dbias=False, warps=False) 
     return " | ".join(flags) or "PLAIN"
 
 
+def _op(mode, from_output=None, compiled=(False, False)) -> str:
+    """The op's template arguments: ANY_MODE / ANY_SOURCE (the kernel reads its run-time `mode` / `source`), or the
+    mode / source compiled in (compiled: which of the two)."""
+    m = MODES[mode] if compiled[0] else "ANY_MODE"
+    return m if from_output is None else f"{m}, {SOURCE_NAMES[bool(from_output)] if compiled[1] else 'ANY_SOURCE'}"
+
+
+# Which forms compile their op in, rather than take it at run time (one instance for both ops and sources): those
+# whose run-time op spilled or took more registers (ptxas, sm_80 / sm_90, against the one-op instances), and those
+# only one op takes (no instance to save).
+
+
+def _fwd_compiled(dtype, group, staged, shifted) -> tuple:
+    """(mode compiled in, -) of a norm_fwd form: the element path's staged rows (rms_norm's only) and its shifted rows
+    of a half type (80 bytes spilled, sm_90) or float64 (8-12 registers more)."""
+    return (not group and (staged or shifted and dtype != "float32"), False)
+
+
+def _bwd_compiled(dtype, mode, packs, group, staged, full, shifted) -> tuple:
+    """(mode, source) compiled in of a norm_bwd form."""
+    layer = mode == "layer_norm"
+    if dtype in HALF_DTYPES:
+        if packs == 2:  # the accumulators spill already
+            return True, True
+        if shifted:  # layer_norm's from y spill already, more with a run-time op; float16's staged block rows
+            return True, layer or (staged and dtype == "float16")  # spill for every op (sm_90)
+        if group in TUNING.stage_short_bwd_groups:  # staged for rms_norm, not for layer_norm: each form one op's
+            return True, False
+    if dtype == "float32" and not group:  # the element path: layer_norm's spill already (sm_80)
+        return True, layer
+    if dtype == "float32" and staged and not full:  # spilled 12 bytes (sm_90)
+        return False, True
+    return False, False
+
+
 def fwd_name(dtype, mode, group=0, staged=False, full=False, shifted=False) -> str:
-    return f"norm_fwd<{CTYPES[dtype]}, {MODES[mode]}, {_group(group)}, {_form(staged, full, shifted)}>"
+    op = _op(mode, compiled=_fwd_compiled(dtype, group, staged, shifted))
+    return f"norm_fwd<{CTYPES[dtype]}, {op}, {_group(group)}, {_form(staged, full, shifted)}>"
 
 
-def fwd_tiled_name(dtype, mode) -> str:
-    return f"norm_fwd_tiled<{CTYPES[dtype]}, {MODES[mode]}>"
+def fwd_tiled_name(dtype) -> str:
+    return f"norm_fwd_tiled<{CTYPES[dtype]}>"
 
 
 def fwd_parts_name(dtype, mode, full=False) -> str:
@@ -152,21 +191,27 @@ def fwd_parts_name(dtype, mode, full=False) -> str:
 
 
 def bwd_name(dtype, mode, from_output, packs, group=0, staged=False, full=False, shifted=False, no_dbias=False) -> str:
-    return (f"norm_bwd<{CTYPES[dtype]}, {MODES[mode]}, {SOURCE_NAMES[bool(from_output)]}, {packs}, {_group(group)}, "
-            f"{_form(staged, full, shifted, no_dbias)}>")
+    op = _op(mode, from_output, _bwd_compiled(dtype, mode, packs, group, staged, full, shifted))
+    return f"norm_bwd<{CTYPES[dtype]}, {op}, {packs}, {_group(group)}, {_form(staged, full, shifted, no_dbias)}>"
 
 
 def bwd_parts_name(dtype, mode, from_output) -> str:
-    return f"norm_bwd_parts<{CTYPES[dtype]}, {MODES[mode]}, {SOURCE_NAMES[bool(from_output)]}>"
+    return f"norm_bwd_parts<{CTYPES[dtype]}, {_op(mode, from_output)}>"
 
 
 def shared_name(dtype, mode, from_output, cl, staged=True, full=False, warps=False) -> str:
-    return (f"norm_bwd_shared<{CTYPES[dtype]}, {MODES[mode]}, {SOURCE_NAMES[bool(from_output)]}, {cl}, "
+    # a half type's FULL_PACKS rows of one CTA: layer_norm's spill already, rms_norm's spilled 8-16 bytes with a
+    # run-time source
+    compiled = (True, True) if dtype in HALF_DTYPES and cl == 1 and full and not warps else (False, False)
+    return (f"norm_bwd_shared<{CTYPES[dtype]}, {_op(mode, from_output, compiled)}, {cl}, "
             f"{_form(staged, full, warps=warps)}>")
 
 
 def ring_name(dtype, mode, from_output, cl, packs) -> str:
-    return f"norm_bwd_ring<{CTYPES[dtype]}, {MODES[mode]}, {SOURCE_NAMES[bool(from_output)]}, {cl}, {packs}>"
+    # float16's one-pack rows spilled with a run-time op (8-68 bytes, sm_90) but from x
+    one = dtype == "float16" and packs == 1
+    compiled = (one and bool(from_output), one)
+    return f"norm_bwd_ring<{CTYPES[dtype]}, {_op(mode, from_output, compiled)}, {cl}, {packs}>"
 
 
 def colsum_name(dtype, cw=1, ys=32, tw=32) -> str:
@@ -311,7 +356,7 @@ SHIFTED_FWD_GROUPS = _shifted_fwd_groups()
 def _declare():
     T, S, M = TUNING, rw.SHORT_DTYPES, tuple(MODES)
     groups = rw.SHORT_GROUPS
-    fwd = ([fwd_tiled_name(t, m) for t in FLOAT_DTYPES for m in M]
+    fwd = ([fwd_tiled_name(t) for t in FLOAT_DTYPES]
            # the element path, float64, long rows over several blocks; shifted block rows
            + [fwd_name(t, m, shifted=sh) for t in FLOAT_DTYPES for m in M for sh in (False, True)]
            + [fwd_name(t, m, g, shifted=True) for t in S for m in M for g in SHIFTED_FWD_GROUPS[t]]
@@ -403,6 +448,10 @@ class FwdArgs:
     def stats(self):
         return self.x, self.y, self.w, self.b, self.mean, self.rstd
 
+    @property
+    def mode_arg(self):
+        return MODE_ARGS[self.mode]  # norm_fwd's and norm_fwd_tiled's last argument (norm_fwd_parts: compiled in)
+
     def acc(self, v):
         return ACC_SCALAR[ACC[self.dtype]](v)
 
@@ -422,8 +471,8 @@ def plan_forward(b: PlanBuilder, a: FwdArgs) -> str:
 def _plan_fwd_tiled(b, a: FwdArgs) -> None:
     """Short rows that are not whole packs through shared-memory tiles (x and y aligned; w and b read by element)."""
     grid, threads, k, smem = rw.tiled_plan(a.rows, a.n, a.dtype, 1)
-    b.launch(FWD.kernel(fwd_tiled_name(a.dtype, a.mode), smem), grid, threads,
-             (*a.stats(), np.int64(a.rows), np.int32(a.n), np.int32(k), a.acc(a.eps), a.acc(1.0 / a.n)),
+    b.launch(FWD.kernel(fwd_tiled_name(a.dtype), smem), grid, threads,
+             (*a.stats(), np.int64(a.rows), np.int32(a.n), np.int32(k), a.acc(a.eps), a.acc(1.0 / a.n), a.mode_arg),
              shared_mem=smem)
 
 
@@ -439,7 +488,8 @@ def _plan_fwd_shifted(b, a: FwdArgs) -> bool:
     smem = 16 * (p.threads // p.group) if p.group < 32 else 0  # store_shifted's slots
     b.launch(FWD.kernel(fwd_name(a.dtype, a.mode, g, shifted=True)), p.grid, p.threads,
              (*a.stats(), np.int64(a.rows), np.int64(a.n), np.int64(p.chunk), np.int32(p.group), np.int32(p.packs),
-              np.int32(1), np.int32(0), a.acc(a.eps), a.acc(1.0 / a.n), np.int32(0), None, None), shared_mem=smem)
+              np.int32(1), np.int32(0), a.acc(a.eps), a.acc(1.0 / a.n), np.int32(0), None, None, a.mode_arg),
+             shared_mem=smem)
     return True
 
 
@@ -470,13 +520,14 @@ def _plan_fwd_rows(b, a: FwdArgs, al: int) -> str:
         kernel = FWD.kernel(name)
         p, smem = rw.staged_plan(kernel, name, a.rows, a.n, a.dtype, maxp, fwd_threads(a.dtype, a.n), tensors=stage)
     if g:  # FULL_PACKS or not, the same launch bounds: the plan stands
-        kernel = FWD.kernel(fwd_name(a.dtype, a.mode, g, bool(stage), rw.full_rows(p, a.dtype, maxp, g, stage)), smem)
+        kernel = FWD.kernel(fwd_name(a.dtype, a.mode, g, bool(stage), rw.full_rows(p, a.dtype, maxp, g, stage)),
+                            smem)
     sync, slots = rw.exchange_buffers(b, p, a.dtype)
     for phase in rw.phases(p):
         b.launch(kernel, p.grid, p.threads,
                  (*a.stats(), np.int64(a.rows), np.int64(a.n), np.int64(p.chunk), np.int32(p.group),
                   np.int32(p.packs), np.int32(p.parts), np.int32(al), a.acc(a.eps), a.acc(1.0 / a.n), np.int32(phase),
-                  sync, slots), shared_mem=smem)
+                  sync, slots, a.mode_arg), shared_mem=smem)
     return "rows"
 
 
@@ -503,6 +554,11 @@ class BwdArgs:
 
     def inputs(self):
         return self.src, self.dy, self.dx, self.w, self.b, self.mean, self.rstd
+
+    @property
+    def op_args(self):
+        """The backward kernels' `mode` and `source` arguments (their last, but norm_bwd_parts' words)."""
+        return MODE_ARGS[self.mode], SOURCE_ARGS[self.from_output]
 
     @property
     def inv_n(self):
@@ -573,8 +629,8 @@ def _plan_bwd_cluster(b, a: BwdArgs, choice: BwdChoice):
     groups = min(ceil_div(a.rows, threads // 32) if warps else a.rows, resident)  # warp rows: a row a warp
     dw_part, db_part = a.partial_rows(b, groups)
     b.launch(kernel, cl * groups, threads,
-             (*a.inputs(), dw_part, db_part, np.int64(a.rows), np.int64(a.n), np.float32(1.0 / a.n)) + extra,
-             shared_mem=smem, cluster=cl)
+             (*a.inputs(), dw_part, db_part, np.int64(a.rows), np.int64(a.n), np.float32(1.0 / a.n), *extra,
+              *a.op_args), shared_mem=smem, cluster=cl)
     return groups, dw_part, db_part, False
 
 
@@ -584,7 +640,8 @@ def _plan_bwd_parts(b, a: BwdArgs, choice: BwdChoice):
     nrg = p.grid // p.parts
     dw_part, db_part = a.partial_rows(b, nrg)
     rw.plan_pipelined(b, BWD, kernel, p, (*a.inputs(), dw_part, db_part, np.int64(a.rows), np.int64(a.n), a.inv_n,
-                                          np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts)), smem, k=2)
+                                          np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts), *a.op_args), smem,
+                      k=2)
     return nrg, dw_part, db_part, False
 
 
@@ -617,7 +674,8 @@ def _plan_bwd_shifted(b, a: BwdArgs, choice: BwdChoice):
     dw_part, db_part = a.partial_rows(b, grid)
     b.launch(kernel, grid, p.threads,
              (*a.inputs(), dw_part, db_part, np.int64(a.rows), np.int64(a.n), a.inv_n, np.int64(p.chunk),
-              np.int32(p.group), np.int32(p.packs), np.int32(1), np.int32(0), np.int32(0), None, None), shared_mem=smem)
+              np.int32(p.group), np.int32(p.packs), np.int32(1), np.int32(0), np.int32(0), None, None, *a.op_args),
+             shared_mem=smem)
     return grid, dw_part, db_part, False
 
 
@@ -653,7 +711,7 @@ def _plan_bwd_rows(b, a: BwdArgs, choice: BwdChoice):
         b.launch(kernel, p.grid, p.threads,
                  (*a.inputs(), dw_part if last else None, db_part if last else None, np.int64(a.rows), np.int64(a.n),
                   a.inv_n, np.int64(p.chunk), np.int32(p.group), np.int32(p.packs), np.int32(p.parts), np.int32(al),
-                  np.int32(phase), sync, slots), shared_mem=smem)
+                  np.int32(phase), sync, slots, *a.op_args), shared_mem=smem)
     return nrg, dw_part, db_part, db_by_reduce
 
 
