@@ -2,7 +2,6 @@
 references (GPU), every dispatch path at its boundaries; on the CPU: validation, the references, which kernel
 instance each row length takes (exactly the declared ones), and the torch wrappers' autograd over reference
 impls."""
-import contextlib
 import re
 
 import numpy as np
@@ -11,15 +10,13 @@ import pytest
 import cupy_kernels as ck
 from conftest import (FLOATS, HAS_TORCH_CUDA, TOL, close_everywhere, cupy_array, gpu, group_lengths, many_rows,
                       rel_err, rng, rounded, to_f64, torch, torch_gpu)
-from cupy_kernels._runtime.launch import Buffer
-from cupy_kernels._runtime.sources import read_source
 from cupy_kernels._runtime.tuning import tuned
 from cupy_kernels.ops import _rowwise as rw
 from cupy_kernels.ops import norm as N
 from cupy_kernels.ops.norm import bwd_maxp, bwd_threads, fwd_threads, norm_backward_impl, norm_forward_impl
+from planning import SMS, Recorder, check_launch, fake_device
 
 ALL = FLOATS + ("float64",)
-SMS = 132
 MODES = ("layer_norm", "rms_norm")
 
 
@@ -138,52 +135,6 @@ def test_instance_count():
     assert rw.ZERO_WORDS in N.FWD.names and rw.ZERO_WORDS in N.BWD.names  # both launch pipelined kernels
 
 
-class _Props:
-    def __init__(self, cc, sms=SMS):
-        self.id, self.name, self.cc, self.sm_count = 0, f"sm_{cc}", cc, sms
-        self.max_threads_per_block, self.max_threads_per_sm = 1024, 2048
-        self.shared_per_block_optin, self.l2_bytes = 227 * 1024, 50 << 20
-
-
-class _Names(N.PlanBuilder):
-    """A plan builder that records the kernels' names only (no device); with `calls` (a list) set on the class, each
-    launch's (kernel, args, block) too."""
-
-    calls = None
-
-    def launch(self, kernel, grid, block, args, shared_mem=0, cluster=1, after_previous=False):
-        self.launches.append(kernel.name)
-        if self.calls is not None:
-            self.calls.append((kernel, tuple(args), block))
-
-
-@contextlib.contextmanager
-def fake_device(monkeypatch, cc):
-    """Planning without a GPU: device properties of compute capability `cc` (132 SMs), occupancy from the threads
-    and shared memory alone, kernels never loaded."""
-    import cupy_kernels._runtime as runtime
-    from cupy_kernels._runtime import device as device_mod
-    from cupy_kernels.ops import reduce as R
-
-    props = _Props(cc)
-
-    def resident(kernel, threads, smem=0):
-        per_sm = min(32, 2048 // threads, (227 * 1024) // smem if smem else 32)
-        return max(1, per_sm) * SMS
-
-    with monkeypatch.context() as m:
-        m.setattr(N, "current", lambda: props)
-        m.setattr(runtime, "current", lambda: props)
-        m.setattr(runtime, "resident_blocks", resident)
-        m.setattr(runtime, "use_shared_memory", lambda *a, **k: None)
-        m.setattr(device_mod, "use_shared_memory", lambda *a, **k: None)
-        m.setattr(N, "resident_blocks", resident)
-        m.setattr(R, "resident_blocks", resident)
-        m.setattr(N, "max_active_clusters", lambda kernel, threads, smem, cl: max(1, resident(kernel, threads, smem)
-                                                                                   // cl))
-        yield props
-
-
 def _sweep_lengths():
     """Row lengths that reach every form: all up to 1100, then around multiples of 128 (the cluster and ring
     lengths, full or not, shifted or not), the long rows and rows too long for one launch's blocks."""
@@ -194,7 +145,7 @@ def _sweep_lengths():
 
 
 def _forward_kernels(dtype, mode, n, rows=3000, aligns=(256,) * 6, affine=(True, True)):
-    b = _Names(0, aligns)
+    b = Recorder(0, aligns)
     xb, yb, wb, bb, mb, rb = b.buffers
     N.plan_forward(b, N.FwdArgs(xb, yb, wb if affine[0] else None, bb if affine[1] and mode == "layer_norm" else None,
                                 mb if mode == "layer_norm" else None, rb, rows, n, dtype, mode, 1e-5))
@@ -203,7 +154,7 @@ def _forward_kernels(dtype, mode, n, rows=3000, aligns=(256,) * 6, affine=(True,
 
 def _backward_kernels(dtype, mode, from_output, n, rows=3000, aligns=(256,) * 9, affine=(True, True),
                       need=(True, True)):
-    b = _Names(0, aligns)
+    b = Recorder(0, aligns)
     sb, dyb, dxb, wb, bb, mb, rb, dwb, dbb = b.buffers
     w = wb if affine[0] else None
     bias = bb if affine[1] and mode == "layer_norm" else None
@@ -262,11 +213,11 @@ def test_dispatch_takes_exactly_the_declared_instances(monkeypatch):
     """Over every dtype, mode, source (x or y), device kind (sm_80, sm_90), alignment and row length class, each
     kernel the planners launch is declared, and each declared instance is launched by some row: nothing compiled
     that production cannot take (the forms that only ladder variants and probes took were retired). Each launch
-    passes its kernel's parameters (_check_args)."""
+    passes its kernel's parameters (check_launch)."""
     taken, calls = {}, []
-    monkeypatch.setattr(_Names, "calls", calls)  # and each launch's arguments, checked below
+    monkeypatch.setattr(Recorder, "calls", calls)  # and each launch's arguments, checked below
     for cc in (80, 90):
-        with fake_device(monkeypatch, cc):
+        with fake_device(monkeypatch, cc, N, N._reduce):
             if cc == 80:
                 taken.update(_sweep())
             taken.update(_sweep_backward(cc))
@@ -285,55 +236,19 @@ def _assert_sweep_declared(monkeypatch):
     lengths = [n for n in _sweep_lengths() if n <= 300 or n % 64 in (0, 1, 8) and n <= 1100 or n % 1024 in (0, 1, 8)]
     declared = {name for s in N.SOURCES for name in s.names} | set(N._reduce.SOURCE.names)
     for cc in (80, 90):
-        with fake_device(monkeypatch, cc):
+        with fake_device(monkeypatch, cc, N, N._reduce):
             got = set(_sweep_backward(cc, lengths=lengths)) | (set(_sweep(lengths=lengths)) if cc == 80 else set())
             assert got <= declared, sorted(got - declared)
 
 
-def _kernel_params(filename, kernel):
-    """The declared types of the parameters of __global__ `kernel` in cu_src/<filename> (its headers pasted in)."""
-    text = re.sub(r"//[^\n]*", "", read_source(filename))
-    m = re.search(r"__global__\s+void\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?" + kernel + r"\s*\(", text)
-    assert m, f"{kernel}: no definition in cu_src/{filename}"
-    params, depth, start = [], 0, m.end()
-    for i in range(m.end(), len(text)):
-        c = text[i]
-        if c in "(<":
-            depth += 1
-        elif c in ">)" and depth:
-            depth -= 1
-        elif c in ",)":
-            params.append(" ".join(text[start:i].split()))
-            start = i + 1
-            if c == ")":
-                break
-    return [p.rsplit(" ", 1)[0].replace(" __restrict__", "") for p in params if p]
-
-
-def _check_args(kernel, args):
-    """A launch's arguments against its kernel's parameters: as many, a pointer a Buffer or None, an integer or float
-    the NumPy scalar of its width (a mismatch only shows on a GPU: the driver reads each parameter's bytes)."""
-    base, targs = kernel.name.split("<", 1) if "<" in kernel.name else (kernel.name, "")
-    acc = np.float64 if targs.startswith("double") else np.float32
-    scalars = {"long long": np.int64, "int": np.int32, "NormMode": np.int32, "NormSource": np.int32,
-               "float": np.float32, "typename AccOf<T>::type": acc}
-    params = _kernel_params(kernel.source.filename, base)
-    assert len(args) == len(params), (kernel.name, len(args), params)
-    for i, (a, p) in enumerate(zip(args, params)):
-        if p.endswith("*"):
-            assert a is None or isinstance(a, Buffer), (kernel.name, i, p, a)
-        else:
-            assert type(a) is scalars[p], (kernel.name, i, p, type(a).__name__)
-
-
 def _check_calls(calls):
-    """_check_args on the first launch of each norm instance among `calls` (kernel, args, block); the names checked.
+    """check_launch on the first launch of each norm instance among `calls` (kernel, args, block); the names checked.
     The unstaged forward rows of a compile-time sub-warp group come in blocks of 128 threads, their launch bound
     (NormFwdBounds)."""
     seen = {}
     for kernel, args, block in calls:
         if kernel.source in N.SOURCES and seen.setdefault(kernel.name, args) is args:
-            _check_args(kernel, args)
+            check_launch(kernel.source.filename, kernel.name, args)
         form = re.fullmatch(r"norm_fwd<\w+, \w+, (\d+), ([A-Z_ |]+)>", kernel.name)
         if form and int(form.group(1)) <= 32 and "STAGED" not in form.group(2):
             assert block == 128, (kernel.name, block)
@@ -345,10 +260,10 @@ def test_long_rows_over_two_launches_pass_the_kernel_signatures(monkeypatch):
     pass their kernels' parameters as test_dispatch_takes_exactly_the_declared_instances checks the rest."""
     lengths = [n for n in _sweep_lengths() if n % 1024 in (0, 1, 8) and n > 4096]
     calls = []
-    monkeypatch.setattr(_Names, "calls", calls)
+    monkeypatch.setattr(Recorder, "calls", calls)
     for long_rows in ("exchange", "split"):
         with tuned(rw, pipelined_fwd=False, pipelined_bwd=False, long_rows=long_rows):
-            with fake_device(monkeypatch, 80):
+            with fake_device(monkeypatch, 80, N, N._reduce):
                 _sweep_backward(80, lengths=lengths)
                 _sweep(lengths=lengths)
     assert {"norm_fwd", "norm_bwd"} <= {name.split("<")[0] for name in _check_calls(calls)}

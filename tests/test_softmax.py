@@ -1,8 +1,6 @@
 """softmax / log_softmax / softmax_ and their backward against float64 references (GPU), every
 dispatch path at its boundaries; validation and the references themselves on the CPU."""
 import itertools
-import re
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,8 +8,8 @@ import pytest
 import cupy_kernels as ck
 from conftest import (FLOATS, TOL, close_everywhere, cupy_array, gpu, group_lengths, kernels_of, many_rows, rel_err,
                       rng, rounded, to_f64, torch, torch_gpu)
-from cupy_kernels._runtime import PlanBuilder
 from cupy_kernels._runtime.tuning import tuned
+from planning import Recorder, check_launch, fake_device
 from cupy_kernels.ops import _rowwise as rw
 from cupy_kernels.ops import softmax as S
 from cupy_kernels.ops.softmax import softmax_backward_impl, softmax_impl, threads_of
@@ -171,106 +169,35 @@ def test_numpy_input_is_rejected():
         softmax_impl(np.ones(3), variant="nope")
 
 
-def kernel_signatures(filename):
-    """Template name -> [(C type, name)] of the parameters of each __global__ function of a cu_src file (its includes
-    pasted in)."""
-    from cupy_kernels._runtime import read_source
-
-    def close(text, i):  # the ")" matching text[i]
-        depth = 0
-        for j in range(i, len(text)):
-            depth += {"(": 1, ")": -1}.get(text[j], 0)
-            if depth == 0:
-                return j
-
-    text = re.sub(r"//[^\n]*", "", read_source(filename))
-    out = {}
-    for m in re.finditer(r"__global__\s+void\s+", text):
-        i = m.end()
-        if text.startswith("__launch_bounds__", i):
-            i = close(text, text.index("(", i)) + 1
-        name = re.match(r"\s*(\w+)\s*\(", text[i:])
-        start = i + name.end() - 1
-        params, depth, cur = [], 0, ""
-        for ch in text[start + 1:close(text, start)] + ",":
-            depth += {"(": 1, "<": 1, ")": -1, ">": -1}.get(ch, 0)
-            if ch == "," and depth == 0:
-                params.append(re.match(r"(.*?)(\w+)$", " ".join(cur.split())).groups())
-                cur = ""
-            else:
-                cur += ch
-        out[name.group(1)] = [(t.strip(), n) for t, n in params]
-    return out
-
-
-def _argument_fits(ctype, arg):
-    """A planned launch's argument `arg` passes as a parameter of C type `ctype` (the driver reads each parameter
-    by its size from the argument's bytes)."""
-    from cupy_kernels._runtime import Buffer
-
-    if "*" in ctype:
-        return isinstance(arg, Buffer) or arg is None or (type(arg) is np.uint64 and arg == 0)
-    scalar = {"long long": np.int64, "int": np.int32, "unsigned": np.uint32, "float": np.float32, "double": np.float64}
-    return type(arg) is scalar[ctype.replace("const", "").strip()]
-
-
-class _Recorder(PlanBuilder):
-    """A plan builder that records (kernel name, arguments) and loads nothing (no device)."""
-
-    def launch(self, kernel, grid, block, args, shared_mem=0, cluster=1, after_previous=False):
-        self.launches.append((kernel.name, tuple(args)))
-
-
-@pytest.fixture
-def planning_without_gpu(monkeypatch):
-    """Device properties of an sm_90 of SMS SMs, occupancy from the threads and shared memory alone, no kernel
-    loaded or given shared memory."""
-    import cupy_kernels._runtime as runtime
-    from cupy_kernels._runtime import device as device_mod
-
-    props = SimpleNamespace(id=0, name="sm_90", cc=90, sm_count=SMS, max_threads_per_block=1024,
-                            max_threads_per_sm=2048, shared_per_block_optin=227 * 1024, l2_bytes=50 << 20)
-
-    def resident(kernel, threads, smem=0):
-        return max(1, min(32, 2048 // threads, (227 * 1024) // smem if smem else 32)) * SMS
-
-    monkeypatch.setattr(S, "current", lambda: props)
-    monkeypatch.setattr(runtime, "current", lambda: props)
-    monkeypatch.setattr(runtime, "resident_blocks", resident)
-    for module in (runtime, device_mod):
-        monkeypatch.setattr(module, "use_shared_memory", lambda *a, **k: None)
-
-
-def test_every_launch_matches_its_kernel_signature(planning_without_gpu):
+def test_every_launch_matches_its_kernel_signature(monkeypatch):
     """Every softmax.cu instance is planned by some call (every dtype, direction, mode, length class, alignment,
     variant, and the tuning switches that reach the other forms), and each planned launch passes as many arguments
     as its kernel has parameters, each of the parameter's type: `mode` MODES[mode] (per-mode instances: their own),
     `rows` the call's. A mismatch would otherwise show only on a GPU, as garbage or a fault."""
-    signatures = kernel_signatures("softmax.cu")
     tunings = [({}, {}), ({"pipelined_fwd": False, "pipelined_bwd": False}, {"wide_bwd": False}),
                ({}, {"stage_fwd_two_ahead": False, "small_rows_max_n": 1, "tiled_lanes": 2}),
                ({}, {"tiled_max_n": 0, "stage_short_fwd_groups": (), "stage_short_bwd_groups": (), "tiled_lanes": 4})]
     calls = [(3000, 0, "auto"), (10 ** 5, 0, "auto"), (3000, 1, "auto")] + [(300, 0, v) for v in S.VARIANTS[1:]]
-    planned = set()
+    planned, launched = set(), []
+    monkeypatch.setattr(Recorder, "calls", launched)
     for (rw_tuning, tuning), dtype, kind, mode in itertools.product(tunings, ALL, ("fwd", "bwd"), S.MODES):
         V = rw.vec(dtype)
         lengths = {1, 2, 3, 4, 5, 7, 9, 33, 99, 100, 127, 1000, 1001, 4097, 8200, 20000, 32769, 40000, 65544, 262147}
         lengths |= {G * P * V + d for G in rw.SHORT_GROUPS + (64, 256, 1024) for P in (1, 2, 4, 8)
                     for d in (-V, -1, 0, 1)}
-        with tuned(rw, **rw_tuning), tuned(S, **tuning):
+        with tuned(rw, **rw_tuning), tuned(S, **tuning), fake_device(monkeypatch, 90, S):
             for n, (rows, skew, variant) in itertools.product(sorted(lengths), calls):
                 if n < 1 or (rows > 3000 and n > 50000):
                     continue
                 aligns = [rw.ITEMSIZE[dtype] if skew else 256] + [256] * (1 if kind == "fwd" else 2)
-                b = _Recorder(0, aligns)
+                launched.clear()
+                b = Recorder(0, aligns)
                 *srcs, out = b.buffers
                 S.plan_rows(b, kind, mode, dtype, tuple(srcs), out, rows, n, variant)
-                for name, args in b.launches:
-                    params = signatures[name[:name.find("<")] if "<" in name else name]
+                for kernel, args, _ in launched:
+                    name = kernel.name
                     case = (name, kind, mode, dtype, n, rows, skew, variant)
-                    assert len(args) == len(params), (case, params, args)
-                    for (ctype, pname), arg in zip(params, args):
-                        assert _argument_fits(ctype, arg), (case, pname, ctype, arg)
+                    for pname, arg in check_launch("softmax.cu", name, args):
                         assert pname != "mode" or arg == S.MODES[mode], (case, arg)
                         assert pname != "rows" or arg == rows, (case, arg)
                     fixed = [m for m, token in S.MODE_NAMES.items() if name.endswith(f", {token}>")]
