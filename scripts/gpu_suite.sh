@@ -4,7 +4,7 @@
 # Usage: OUT=gpu_out scripts/gpu_suite.sh [step ...]   (steps: warmup tests fuzz sanitize bench; default
 #        warmup tests). Settings: JOBS (test files at once, 8), TEST_TIMEOUT (s a file, 420), FUZZ_CASES (cases a
 #        fuzz family, 2000), SANITIZE_ARGS (for scripts/sanitize.py), BENCH_ARGS (for `bench`, e.g. "--op host"),
-#        BENCH_TIMEOUT (s, 540). The bench writes into $OUT/benchmarks, seeded with the committed files.
+#        BENCH_TIMEOUT (s, 540). The bench writes into $OUT/benchmarks, starting from a copy of the committed files.
 set -u
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT/logs"
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
