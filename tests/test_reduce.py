@@ -1,4 +1,5 @@
 """Reductions against float64 NumPy references (GPU), and their validation (CPU)."""
+import itertools
 import math
 
 import numpy as np
@@ -6,7 +7,10 @@ import pytest
 
 import cupy_kernels as ck
 from conftest import TOL, cupy_array, gpu, rel_err, rng, rounded, to_f64, torch, torch_gpu
+from cupy_kernels._runtime import ACC, ACC_SCALAR, ITEMSIZE
+from cupy_kernels.ops import reduce as R
 from cupy_kernels.ops.reduce import LADDER, result_dtype
+from planning import HOST, Array, Recorder, check_launch, fake_device
 
 ALL = ("float32", "float16", "bfloat16", "float64", "int32", "int64")
 SHAPES_AXES = [((1,), None), ((3,), 0), ((127,), None), ((1000, 3), -1), ((3, 1000), 0), ((4097,), None),
@@ -251,6 +255,55 @@ def test_result_dtypes_follow_numpy():
     for dtype in ("float16", "float32", "float64", "int32", "int64"):
         for op in ("sum", "max", "min"):
             assert result_dtype(op, dtype) == str(getattr(np, op)(np.ones(2, dtype=dtype)).dtype)
+
+
+# (shape, axis, strides or None): rows split or not, a full reduction, columns in one pass or two (k of whole packs
+# of the input, of the accumulator, or neither), axes apart (permuted), a strided input (copied), no axis, empty
+PLAN_CASES = [((3000, 1000), -1, None), ((2, 1 << 16), 1, None), ((5, 7), None, None), ((1000, 64), 0, None),
+              ((64, 3, 1024), 1, None), ((4, 6, 8), (0, 2), None), ((6, 50), 1, (100, 2)), ((3, 4), (), None),
+              ((0, 5), 1, None)] + [((2, 1000, k), 1, None) for k in (1, 2, 3, 4, 8, 16)]
+
+
+def test_every_launch_matches_its_kernel_signature(monkeypatch):
+    """_plan over every op, dtype, path (rows split or not, columns in one pass or two, each pack width), aligned and
+    misaligned inputs, on sm_80 and sm_90: each launch passes its kernel's parameters (check_launch), `scale` 1 or
+    1 / count for mean in the accumulator type, the split rows' workspaces exactly when split; every declared
+    instance but the ladder's is planned. The ladder's plans pass theirs too."""
+    calls = []
+    monkeypatch.setattr(Recorder, "calls", calls)
+    monkeypatch.setattr(R, "PlanBuilder", Recorder)
+    planned, paths = set(), set()
+    for cc in (80, 90):
+        with fake_device(monkeypatch, cc, R):
+            for op, dtypes in R.DTYPES.items():
+                for dtype, (shape, axis, strides), skew in itertools.product(dtypes, PLAN_CASES, (0, 1)):
+                    calls.clear()
+                    x = Array(shape, dtype, strides, ptr=(1 << 20) + skew * ITEMSIZE[dtype])
+                    e = R._plan(op, HOST, x, axis, False, 0)
+                    count = math.prod(shape) // max(1, math.prod(e.shape))
+                    assert (e.plan is None) == (not calls) == (math.prod(shape) == 0 or axis == ()), (shape, axis)
+                    for i, (kernel, args, _) in enumerate(calls):
+                        case = (kernel.name, op, dtype, shape, axis, skew)
+                        a = dict(check_launch("reduce.cu", kernel.name, args))
+                        scale = 1 / count if op == "mean" and i == len(calls) - 1 else 1
+                        assert a["scale"] == ACC_SCALAR[ACC[dtype]](scale), (case, a["scale"])
+                        if kernel.name.startswith("reduce_rows"):
+                            assert (a["partial"] is None) == (a["arrivals"] is None) == (a["splits"] == 1), case
+                            paths.add(("rows", a["splits"] > 1))
+                        else:
+                            paths.add(("cols", len(calls)))
+                        planned.add(kernel.name)
+    assert paths == {("rows", False), ("rows", True), ("cols", 1), ("cols", 2)}
+    ladder = {k for k, _ in LADDER.values() if k}
+    assert planned == set(R.SOURCE.names) - ladder, (set(R.SOURCE.names) - ladder - planned, planned)
+    calls.clear()
+    with fake_device(monkeypatch, 90, R):
+        for kernel, per_block in filter(lambda v: v[0], LADDER.values()):
+            for size in (1, 1000, 10 ** 6):
+                R._plan_ladder(kernel, per_block, size, 0)
+    for kernel, args, _ in calls:
+        assert dict(check_launch("reduce.cu", kernel.name, args))["n"] > 0
+    assert {kernel.name for kernel, *_ in calls} == ladder
 
 
 @gpu

@@ -1,12 +1,16 @@
 """square_matmul_ / linear_ / InplaceLinear: in-place A <- A @ W (+ bias) against float64 products on
 the device, over a grid of n and m, both W layouts, the unaligned paths, the original article's rung, peak
 memory, and the error cases; the kernel choice and the launch plans' arguments on the CPU."""
+import itertools
+
 import numpy as np
 import pytest
 
 import cupy_kernels as ck
 from conftest import FLOATS, TOL, gpu, rng, torch, torch_gpu
+from cupy_kernels._runtime import Deferred, dtype_name
 from cupy_kernels.ops import square_matmul as sq
+from planning import HOST, Array, Recorder, check_launch, fake_device
 
 NS = (1, 7, 64, 1000, 1024, 2048, 4096, 8192)
 MS = (1, 33, 4096, 65536)
@@ -553,3 +557,51 @@ def test_warp_per_row_plan_limits():
     with pytest.raises(ValueError, match="n <= 2048"):
         sq.plan_product(b, "warp_per_row", "float32", False, False, a, w, None, 4, 2056)
     assert not b.launches and not b.workspaces
+
+
+def test_every_launch_matches_its_kernel_signature(monkeypatch):
+    """_build over every variant, dtype, transpose, W layout (plain, transposed view, strided copy), bias or none, n
+    (of whole 16-byte packs, not, beyond the clusters that fit at once), m (beyond TMA's row coordinates), aligned
+    and misaligned a, on sm_80 and sm_90: each launch passes its kernel's parameters (check_launch: the TMA maps
+    128-byte structs computed from a's and w's pointers), with the call's m, n and bias; every declared instance of
+    both sources is planned, the Hopper kernels on sm_90 only, and "auto" falls back where _build says."""
+    calls = []
+    monkeypatch.setattr(Recorder, "calls", calls)
+    monkeypatch.setattr(sq, "PlanBuilder", Recorder)
+    monkeypatch.setattr(sq, "check_like", lambda kind, x, op, name, device, dtypes=None: dtype_name(x))  # (Arrays)
+    planned, chosen = {80: set(), 90: set()}, {}
+    for cc in (80, 90):
+        with fake_device(monkeypatch, cc, sq):
+            for dtype, variant, trans, n, m, skew, w_form, bias in itertools.product(
+                    sq.DTYPES, sq.VARIANTS, (False, True), (64, 1001, 20000), (300, 2 ** 31), (0, 2),
+                    ("plain", "flip", "strided"), (None, "dense", "strided")):
+                if m > 300 and (skew or w_form != "plain" or bias == "strided" or n > 64):
+                    continue  # (the long m only for the kernel it changes)
+                w = Array((n, n), dtype, {"plain": None, "flip": (1, n), "strided": (2 * n, 1)}[w_form], ptr=1 << 30)
+                b = None if bias is None else Array((n,), dtype, (2,) if bias == "strided" else None, ptr=1 << 31)
+                calls.clear()
+                try:
+                    e = sq._build(HOST, "square_matmul_", variant, trans, Array((m, n), dtype, ptr=(1 << 20) + skew),
+                                  w, b, 0)
+                except ValueError:  # a variant that does not apply
+                    continue
+                assert e.w_copy == (w_form == "strided") and e.bias_copy == (bias == "strided")
+                (kernel, args, _), = calls
+                a = dict(check_launch(kernel.source.filename, kernel.name, args))
+                assert (a["m"], a["n"]) == (m, n), (kernel.name, m, n)
+                assert ("W::transposed" in kernel.name) == (trans != (w_form == "flip")), kernel.name
+                if "bias" in a:  # (warp_per_row takes none)
+                    assert a["has_bias"] == (bias is not None) and (a["bias"] is a["a"]) == (bias is None), kernel.name
+                if "map_a" in a:
+                    assert isinstance(a["map_a"], Deferred) and (a["map_a"].indices, a["map_w"].indices) == ((0,), (1,))
+                planned[cc].add(kernel.name)
+                chosen[cc, dtype, variant, trans, n, m, skew, w_form, bias] = kernel.name
+    auto = lambda cc, n, m=300, skew=0: chosen[cc, "float16", "auto", False, n, m, skew, "plain", None]  # noqa: E731
+    assert auto(90, 64) == sq.tma_name("float16", False, 2)
+    assert auto(90, 20000) == sq.tma_name("float16", False, 1)  # more column tiles than clusters fit at once
+    assert auto(90, 64, 2 ** 31) == sq.wgmma_name("float16", False)  # rows beyond TMA's coordinates
+    assert auto(90, 1001) == auto(90, 64, skew=2) == auto(80, 1001) == sq.tiled_name("float16", False, False)
+    assert auto(80, 64) == auto(80, 64, 2 ** 31) == sq.tiled_name("float16", False, True)
+    declared = set(sq.SOURCE.names) | set(sq.SOURCE90.names)
+    assert planned[80] | planned[90] == declared, (declared - planned[80] - planned[90])
+    assert planned[80] == set(sq.SOURCE.names) and planned[90] >= set(sq.SOURCE90.names)

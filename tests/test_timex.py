@@ -16,6 +16,8 @@ from conftest import TOL, cupy_array, gpu, rel_err, rng, rounded, to_f64, torch_
 from cupy_kernels._runtime.device import DeviceProps
 from cupy_kernels._runtime.launch import Buffer, PlanBuilder, _Launch
 from cupy_kernels.ops import timex as tx
+from planning import Recorder as CallRecorder
+from planning import check_launch, fake_device
 
 try:
     import torch
@@ -328,6 +330,46 @@ def test_variants_outside_their_limits_raise(offline):
         record_backward("tf32x3", "float16", (2, 1, 8))
     with pytest.raises(ValueError, match="beyond this kernel's grid"):
         record_forward("tiled_b2", "float32", (65536 * 2 + 1, 1, 8))
+
+
+def test_every_launch_matches_its_kernel_signature(monkeypatch):
+    """plan_forward / plan_backward over every variant, dtype, alignment (vector and scalar loads), batch stride and
+    shape class, both gradients or one, on sm_80 and sm_90: each launch passes its kernel's parameters
+    (check_launch), with the call's B, C, T, eps (0 for grad_k) and strides; every declared instance is planned, and
+    every variant plans some call."""
+    calls, planned, variants = [], set(), set()
+    monkeypatch.setattr(CallRecorder, "calls", calls)
+    shapes = [(32, 4, 768), (1, 4, 4096), (8, 2, 64), (16, 3, 1000), (12, 2, 2048), (3, 2, 5)]
+    cases = [(shape, align, sb) for shape in shapes for align in (256, 2) for sb in (0, 2)]
+    for cc in (80, 90):
+        with fake_device(monkeypatch, cc, tx):
+            for dtype, ((B, C, T), align, sb) in ((d, c) for d in tx.FLOAT_DTYPES for c in cases):
+                ks = (C * T + sb, T)
+                for v, need in [(v, None) for v in tx.VARIANTS] + [
+                        (v, n) for v in tx.BACKWARD_VARIANTS for n in ((1, 1), (1, 0), (0, 1))]:
+                    calls.clear()
+                    b = CallRecorder(0, (256, align, align, 256, 256))
+                    w, k, g, gw, gk = b.buffers
+                    try:
+                        if need is None:
+                            tx.plan_forward(b, v, dtype, w, T + 3, k, ks, gk, 0.5, B, C, T)
+                        else:
+                            tx.plan_backward(b, v, dtype, w, T + 3, k, ks, g, ks, gw, gk, B, C, T, *need)
+                    except ValueError:  # a variant outside its limits
+                        continue
+                    variants.add((v, need is None))
+                    for kernel, args, _ in calls:
+                        case = (kernel.name, v, need, dtype, (B, C, T), align, sb)
+                        a = dict(check_launch("timex.cu", kernel.name, args))
+                        assert a.get("B", B) == B and a["C"] == C and a["T"] == T, case
+                        eps = 0.5 if need is None else 0.0  # grad_k: the forward kernels with eps 0
+                        assert a.get("eps", eps) == eps, case
+                        assert a.get("ldw", T + 3) == T + 3, case
+                        assert {a.get(s, ks[0]) for s in ("sb", "ksb", "gsb")} == {ks[0]}, case
+                        assert {a.get(s, ks[1]) for s in ("sc", "ksc", "gsc")} == {ks[1]}, case
+                        planned.add(kernel.name)
+    assert planned == set(tx.SOURCE.names), (set(tx.SOURCE.names) - planned, planned - set(tx.SOURCE.names))
+    assert variants == {(v, True) for v in tx.VARIANTS} | {(v, False) for v in tx.BACKWARD_VARIANTS}
 
 
 # ---- the host path with the driver stubbed (CPU torch tensors stand in for CUDA ones) ----------------
