@@ -88,11 +88,12 @@ def gather_name(fkind, tin, tout):
 
 def gather_pairs(fkind):
     """(input, output) dtypes of pad_gather's launches: the first padded axis reads the gradient's dtype, the
-    last writes it, those between hold the accumulator type. Brick columns are always the first axis."""
+    last writes it, those between hold the accumulator type. Brick columns are always the first of two axes (a
+    brick pads the rows too), so their fold reads the gradient and writes the accumulator type."""
     pairs = []
     for t in GRAD_DTYPES:
         acc = ACC[t]
-        pairs += [(t, t), (t, acc)] + ([(acc, acc), (acc, t)] if fkind != FOLD_KIND["brick"] else [])
+        pairs += [(t, acc)] if fkind == FOLD_KIND["brick"] else [(t, t), (t, acc), (acc, acc), (acc, t)]
     return list(dict.fromkeys(pairs))
 
 
