@@ -78,7 +78,7 @@ def test_kernel_cache_compiles_once_per_instance(tmp_path, monkeypatch):
     monkeypatch.setenv("CUPY_KERNELS_CACHE_DIR", str(tmp_path))
     from cupy_kernels.ops import reduce as R
 
-    name = "reduce_rows<0, float, float>"
+    name = "reduce_rows<OP_SUM, float, float>"
     cubin, mangled = K.compiled(R.SOURCE, name, "90")
     assert cubin[:4] == b"\x7fELF" and mangled.startswith("_Z") and "reduce_rows" in mangled
     assert len(list(tmp_path.glob("*.cubin"))) == 1

@@ -14,7 +14,7 @@ from .._runtime.launch import alignment
 from .._runtime.tuning import PlanCache
 
 SOURCE = KernelSource("reduce.cu")
-OPS = {"sum": 0, "mean": 1, "max": 2, "min": 3}
+OPS = {"sum": "OP_SUM", "mean": "OP_MEAN", "max": "OP_MAX", "min": "OP_MIN"}  # reduce.cu's op names
 DTYPES = {"sum": tuple(CTYPES), "max": tuple(CTYPES), "min": tuple(CTYPES), "mean": FLOAT_DTYPES}
 THREADS = 256   # reduce_rows / reduce_cols block size (__launch_bounds__(256, 4) in reduce.cu)
 UNROLL = 4      # UNROLL in reduce.cu
