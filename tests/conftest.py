@@ -95,23 +95,25 @@ def rounded(a: np.ndarray, dtype: str) -> np.ndarray:
 TOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
 
 
-def kernels_of(source, call):
-    """(call's result, the names of the kernels it asked `source` (a KernelSource) for): the plan caches are
-    emptied first, so that the call plans (a cached plan asks for no kernel)."""
+def kernels_of(sources, call):
+    """(call's result, the names of the kernels it asked `sources` (a KernelSource, or several) for): the plan caches
+    are emptied first, so that the call plans (a cached plan asks for no kernel)."""
     from cupy_kernels._runtime.tuning import clear_plans
 
+    sources = tuple(sources) if isinstance(sources, (tuple, list)) else (sources,)
     clear_plans()
-    names, real = set(), source.kernel
+    names = set()
+    for source in sources:
+        def spy(name, *args, _real=source.kernel, **kwargs):
+            names.add(name)
+            return _real(name, *args, **kwargs)
 
-    def spy(name, *args, **kwargs):
-        names.add(name)
-        return real(name, *args, **kwargs)
-
-    source.kernel = spy  # an instance attribute over the method, removed below
+        source.kernel = spy  # an instance attribute over the method, removed below
     try:
         return call(), names
     finally:
-        del source.kernel
+        for source in sources:
+            del source.kernel
 
 
 def close_everywhere(got, want, dtype, k=1, scale=0.0):

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 import cupy_kernels as ck
-from conftest import (FLOATS, HAS_TORCH_CUDA, TOL, close_everywhere, cupy_array, gpu, group_lengths, many_rows,
-                      rel_err, rng, rounded, to_f64, torch, torch_gpu)
+from conftest import (FLOATS, HAS_TORCH_CUDA, TOL, close_everywhere, cupy_array, gpu, group_lengths, kernels_of,
+                      many_rows, rel_err, rng, rounded, to_f64, torch, torch_gpu)
+from oracle import norm_backward_ref as ref_backward  # float64 (dx, dweight, dbias)
+from oracle import norm_ref as ref_forward  # float64 (y, xhat, rstd)
 from cupy_kernels._runtime.tuning import tuned
 from cupy_kernels.ops import _rowwise as rw
 from cupy_kernels.ops import norm as N
@@ -23,13 +25,6 @@ MODES = ("layer_norm", "rms_norm")
 # ---- float64 references ------------------------------------------------------------------------
 
 
-def ref_forward(x, w, b, eps, mode):
-    """(y, xhat, rstd) in float64 (oracle.norm_ref)."""
-    from oracle import norm_ref
-
-    return norm_ref(x, w, b, eps, mode)
-
-
 def close_rows(got, want, x, rstd, w, dtype, mode):
     """close_everywhere per element, and for layer_norm each row's rounding of x - mean as rstd magnifies it: a short
     row whose values nearly agree (n = 2, x0 ~ x1 among 20011 rows) has a variance far below eps, rstd near
@@ -37,16 +32,6 @@ def close_rows(got, want, x, rstd, w, dtype, mode):
     relative to y (in 12% of 20011-row float32 draws: 7.6e-5 against 4e-5)."""
     scale = np.abs(x).max(-1, keepdims=True) * rstd * (1.0 if w is None else np.abs(w).max())
     return close_everywhere(got, want, dtype, scale=scale if mode == "layer_norm" else 0.0)
-
-
-def ref_backward(x, w, b, dy, eps, mode):
-    _, xhat, rstd = ref_forward(x, w, b, eps, mode)
-    g = dy * (1 if w is None else w)
-    c2 = (g * xhat).mean(-1, keepdims=True)
-    c1 = g.mean(-1, keepdims=True) if mode == "layer_norm" else 0
-    dx = rstd * (g - c1 - xhat * c2)
-    lead = tuple(range(x.ndim - 1))
-    return dx, (dy * xhat).sum(lead), dy.sum(lead)
 
 
 def dx_err(got, want, xv, wv, dyv, eps, mode):
@@ -74,24 +59,8 @@ def boundary_lengths(dtype, kind):
 
 
 def used_kernels(call):
-    """(call's result, the kernel instances its plan launches): planned afresh (PLANS emptied) with a spy on every
-    norm source's kernel()."""
-    names, real = set(), {}
-    N.PLANS.clear()
-    for src in N.SOURCES:
-        real[src] = src.kernel
-
-        def spy(name, *args, _real=real[src], **kwargs):
-            names.add(name)
-            return _real(name, *args, **kwargs)
-
-        src.kernel = spy  # an instance attribute over the method, removed below
-    try:
-        return call(), names
-    finally:
-        for src in N.SOURCES:
-            del src.kernel
-        N.PLANS.clear()
+    """(call's result, the kernel instances its plan launches, of every norm source)."""
+    return kernels_of(N.SOURCES, call)
 
 
 # ---- CPU: dispatch -------------------------------------------------------------------------------

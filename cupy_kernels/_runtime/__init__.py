@@ -1,5 +1,5 @@
 """The mechanisms every op shares, each once: sources, compilation, geometry, the launch path, interop."""
-from .bridge import CUPY, TORCH, check_like, describe, is_cupy, is_torch, kind_of, to_cupy, to_torch
+from .bridge import CUPY, TORCH, check_like, checked_dtype, describe, is_cupy, is_torch, kind_of, to_cupy, to_torch
 from .device import DeviceProps, ceil_div, current, current_device, on_context, properties, resident_blocks, use_shared_memory
 from .dtypes import (ACC, ACC_SCALAR, CTYPES, FLOAT_DTYPES, HALF_DTYPES, ITEMSIZE, UNSIGNED_CTYPES, dtype_name,
                      numpy_dtype, vec)

@@ -224,8 +224,13 @@ def check_like(kind, x, op: str, name: str, device: int, dtypes=None):
             raise TypeError(f"{op}: {name} must be a cupy.ndarray like the other inputs; got {describe(x)}")
         if x.device.id != device:
             raise ValueError(f"{op}: {name} is on cuda:{x.device.id}; expected cuda:{device} like the other inputs")
+    return dtype_name(x) if dtypes is None else checked_dtype(x, op, name, dtypes)
+
+
+def checked_dtype(x, op: str, name: str, dtypes) -> str:
+    """x's dtype name, one of `dtypes`, else the TypeError naming the argument and what was expected."""
     dt = dtype_name(x)
-    if dtypes is not None and dt not in dtypes:
+    if dt not in dtypes:
         raise TypeError(f"{op}: {name} has dtype {dt}; expected one of {', '.join(dtypes)}")
     return dt
 

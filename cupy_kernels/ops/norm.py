@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._runtime import (ACC, ACC_SCALAR, CTYPES, FLOAT_DTYPES, HALF_DTYPES, ITEMSIZE, KernelSource, PlanBuilder,
-                        ceil_div, check_like, current, dtype_name, kind_of, resident_blocks, vec)
+                        ceil_div, check_like, checked_dtype, current, kind_of, resident_blocks, vec)
 from .._runtime.launch import alignment
 from .._runtime.tma import max_active_clusters
 from .._runtime.tuning import PlanCache
@@ -777,9 +777,7 @@ def _build_forward(kind, op, x, weight, bias, eps, mode, inplace, save_stats, de
     """Validate a forward call and plan it (a miss of PLANS: every check happens here)."""
     if mode not in MODES:
         raise ValueError(f"{op}: mode must be one of {', '.join(MODES)}; got {mode!r}")
-    dtype = dtype_name(x)
-    if dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{op}: x has dtype {dtype}; expected one of {', '.join(FLOAT_DTYPES)}")
+    dtype = checked_dtype(x, op, "x", FLOAT_DTYPES)
     shape = tuple(x.shape)
     if not shape:
         raise ValueError(f"{op}: x must have at least one dimension; got a 0-d array")
@@ -854,9 +852,7 @@ def _build_backward(kind, op, dy, src, weight, bias, mean, rstd, mode, from_outp
     """Validate a backward call and plan it (a miss of PLANS: every check happens here)."""
     if mode not in MODES:
         raise ValueError(f"{op}: mode must be one of {', '.join(MODES)}; got {mode!r}")
-    dtype = dtype_name(dy)
-    if dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{op}: dy has dtype {dtype}; expected one of {', '.join(FLOAT_DTYPES)}")
+    dtype = checked_dtype(dy, op, "dy", FLOAT_DTYPES)
     if src is None:
         raise TypeError(f"{op}: {'y' if from_output else 'x'} (the forward's {'output' if from_output else 'input'}) "
                         f"is required")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._runtime import (ACC, CTYPES, CUPY, ITEMSIZE, UNSIGNED_CTYPES, KernelSource, PlanBuilder, ceil_div, current,
-                        dtype_name, kind_of, numpy_dtype, resident_blocks)
+from .._runtime import (ACC, CTYPES, CUPY, ITEMSIZE, UNSIGNED_CTYPES, KernelSource, PlanBuilder, ceil_div,
+                        checked_dtype, current, dtype_name, kind_of, numpy_dtype, resident_blocks)
 from .._runtime.tuning import PlanCache
 
 SOURCE = KernelSource("pad.cu")
@@ -539,9 +539,7 @@ _SPECS: dict = {}  # argument key -> Spec: repeated calls skip the validation (h
 def spec_for(x, pad_width, mode="constant", constant_values=0, stagger=0) -> Spec:
     """The validated Spec of a pad call (cached by its arguments: repeated calls skip the validation)."""
     kind_of(x, "pad")  # a CUDA tensor or a CuPy array, else the TypeError naming x
-    dt = dtype_name(x)
-    if dt not in DTYPES:
-        raise TypeError(f"pad: x has dtype {dt}; expected one of {', '.join(DTYPES)}")
+    dt = checked_dtype(x, "pad", "x", DTYPES)
     try:
         key = (tuple(x.shape), dt, _freeze(pad_width), _freeze(mode), _freeze(constant_values), _freeze(stagger))
     except TypeError:
@@ -572,9 +570,7 @@ def _build(kind, x, spec: Spec, rung, device) -> _Entry:
     """Validate a pad call and plan it (a miss of PLANS: every check happens here)."""
     if rung not in RUNGS:
         raise ValueError(f"pad: rung must be one of {', '.join(RUNGS)}; got {rung!r}")
-    dt = dtype_name(x)
-    if dt not in DTYPES:
-        raise TypeError(f"pad: x has dtype {dt}; expected one of {', '.join(DTYPES)}")
+    dt = checked_dtype(x, "pad", "x", DTYPES)
     shape = tuple(x.shape)
     if shape != tuple(spec.shape):
         raise ValueError(f"pad: x has shape {shape}; the spec was made for {tuple(spec.shape)}")
@@ -628,9 +624,7 @@ def pad_impl(x, spec: Spec, rung: str = "default"):
 
 
 def _build_backward(kind, grad, spec: Spec, device) -> _Entry:
-    dt = dtype_name(grad)
-    if dt not in GRAD_DTYPES:
-        raise TypeError(f"pad_backward: grad has dtype {dt}; expected one of {', '.join(GRAD_DTYPES)}")
+    dt = checked_dtype(grad, "pad_backward", "grad", GRAD_DTYPES)
     if tuple(grad.shape) != spec.out_shape:
         raise ValueError(f"pad_backward: grad has shape {tuple(grad.shape)}; expected {spec.out_shape}")
     shape = tuple(spec.shape)

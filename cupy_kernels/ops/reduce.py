@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._runtime import (ACC, ACC_SCALAR, CTYPES, CUPY, FLOAT_DTYPES, ITEMSIZE, KernelSource, PlanBuilder, ceil_div,
-                        check_like, dtype_name, kind_of, normalize_axes, resident_blocks, vec)
+                        check_like, checked_dtype, dtype_name, kind_of, normalize_axes, resident_blocks, vec)
 from .._runtime.launch import alignment
 from .._runtime.tuning import PlanCache
 
@@ -162,9 +162,7 @@ class _Entry:
 
 def _plan(op, kind, x, axis, keepdims, device) -> _Entry:
     """Validate the call and plan it (a miss of PLANS: every check happens here)."""
-    dtype = dtype_name(x)
-    if dtype not in DTYPES[op]:
-        raise TypeError(f"{op}: x has dtype {dtype}; expected one of {', '.join(DTYPES[op])}")
+    dtype = checked_dtype(x, op, "x", DTYPES[op])
     ndim = len(x.shape)
     axes = normalize_axes(axis, builtins.max(ndim, 1), op) if ndim else ()
     shape = output_shape(tuple(x.shape), axes, keepdims)

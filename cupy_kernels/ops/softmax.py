@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._runtime import (CTYPES, CUPY, FLOAT_DTYPES, HALF_DTYPES, KernelSource, PlanBuilder, ceil_div, check_like,
-                        current, dtype_name, kind_of, normalize_axes)
+                        checked_dtype, current, dtype_name, kind_of, normalize_axes)
 from .._runtime.launch import alignment
 from .._runtime.tuning import PlanCache
 from . import _rowwise as rw
@@ -322,10 +322,7 @@ def _build(kind, direction, mode, variant, arrays, axis, device, op) -> _Entry:
     """Validate a call of softmax ("fwd", arrays (x,)), its backward ("bwd", (y, dy)) or the in-place forward
     ("inplace", (x,)) and plan it (a miss of PLANS: every check happens here)."""
     first = arrays[0]
-    dtype = dtype_name(first)
-    if dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{op}: {'y' if direction == 'bwd' else 'x'} has dtype {dtype}; expected one of "
-                        f"{', '.join(FLOAT_DTYPES)}")
+    dtype = checked_dtype(first, op, "y" if direction == "bwd" else "x", FLOAT_DTYPES)
     if direction == "bwd":
         check_like(kind, arrays[1], op, "dy", device, (dtype,))
         if tuple(arrays[1].shape) != tuple(first.shape):

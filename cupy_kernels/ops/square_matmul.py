@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._runtime import (CTYPES, ITEMSIZE, Deferred, KernelSource, PlanBuilder, ceil_div, check_like, current,
-                        dtype_name, kind_of, resident_blocks, tensor_map_2d)
+from .._runtime import (CTYPES, ITEMSIZE, Deferred, KernelSource, PlanBuilder, ceil_div, check_like, checked_dtype,
+                        current, dtype_name, kind_of, resident_blocks, tensor_map_2d)
 from .._runtime.launch import alignment
 from .._runtime.tma import MAP_BYTES, max_active_clusters
 from .._runtime.tuning import PlanCache
@@ -259,9 +259,7 @@ def _build(kind, op, variant, transpose, a, w, bias, device) -> _Entry:
     aname, wname = _names(op)
     if not isinstance(variant, str) or variant not in VARIANTS:
         raise ValueError(f"{op}: variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
-    dt = dtype_name(a)
-    if dt not in DTYPES:
-        raise TypeError(f"{op}: {aname} has dtype {dt}; expected one of {', '.join(DTYPES)}")
+    dt = checked_dtype(a, op, aname, DTYPES)
     if check_like(kind, w, op, wname, device, DTYPES) != dt:
         raise TypeError(f"{op}: {wname} has dtype {dtype_name(w)}; expected {dt} like {aname}")
     if len(w.shape) != 2:

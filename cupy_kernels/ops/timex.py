@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._runtime import (CTYPES, FLOAT_DTYPES, ITEMSIZE, TORCH, KernelSource, PlanBuilder, ceil_div, check_like,
-                        current, dtype_name, kind_of)
+                        checked_dtype, current, kind_of)
 from .._runtime.launch import alignment
 from .._runtime.tuning import PlanCache
 
@@ -397,9 +397,7 @@ def _validate(kind, op, w, k, g, device):
     wdt = check_like(kind, w, op, "w", device, FLOAT_DTYPES)
     if len(w.shape) != 2:
         raise ValueError(f"{op}: w must have 2 dimensions; got shape {tuple(w.shape)}")
-    dtype = dtype_name(k)
-    if dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{op}: k has dtype {dtype}; expected one of {', '.join(FLOAT_DTYPES)}")
+    dtype = checked_dtype(k, op, "k", FLOAT_DTYPES)
     if len(k.shape) != 3:
         raise ValueError(f"{op}: k must have 3 dimensions; got shape {tuple(k.shape)}")
     if wdt != dtype:
