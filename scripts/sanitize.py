@@ -6,7 +6,7 @@ variant), pad (every mode, every kernel path, every element size, the separable 
 square_matmul_ (SIMT, mma, wgmma / TMA variants, transposed, unaligned, linear_ with a bias).
 
     python scripts/sanitize.py --workload softmax [--small]     # one family's workload, in this process
-    python scripts/sanitize.py                                  # every tool x every workload under the sanitizer
+    python scripts/sanitize.py [--jobs 8]                       # every tool x every workload under the sanitizer
     python scripts/sanitize.py --tool memcheck --tool racecheck --only norm,pad --out benchmarks/sanitize-H100.md
 
 Calls on the same device and commit add their cells to the same table (a long sweep can be split over calls);
@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import numpy as np
 
@@ -448,6 +449,7 @@ def main(argv=None) -> int:
     p.add_argument("--logs", default=os.path.join("/tmp", "ck-sanitize-logs"), help="full logs, one per run")
     p.add_argument("--sanitizer", default=None, help="compute-sanitizer executable")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per (tool, workload)")
+    p.add_argument("--jobs", type=int, default=1, help="(tool, workload) cells under the sanitizer at once")
     p.add_argument("--warm", action=argparse.BooleanOptionalAction, default=True,
                    help="run each workload once without the sanitizer first (compiles its kernels)")
     p.add_argument("--fresh", action="store_true",
@@ -486,14 +488,18 @@ def main(argv=None) -> int:
                                capture_output=True, text=True, timeout=args.timeout)
             print(f"warm-up  {name:14s} rc {p.returncode} {time.monotonic() - start:7.1f} s", flush=True)
     results = []
-    for tool in tools:
-        for name in names:
-            r = run_one(sanitizer, tool, name, args.logs, args.timeout)
-            results.append(r)
-            print(f"{tool:10s} {name:14s} {cell(r):24s} {r['seconds']:7.1f} s  {r['log']}", flush=True)
-            every = kept + results
-            write_report(every, out, device, rev, [t for t in TOOLS if any(x["tool"] == t for x in every)],
-                         [n for n in WORKLOADS if any(x["workload"] == n for x in every)])  # a partial table survives
+
+    def done(r):  # a partial table survives a sweep cut short
+        results.append(r)
+        print(f"{r['tool']:10s} {r['workload']:14s} {cell(r):24s} {r['seconds']:7.1f} s  {r['log']}", flush=True)
+        every = kept + results
+        write_report(every, out, device, rev, [t for t in TOOLS if any(x["tool"] == t for x in every)],
+                     [n for n in WORKLOADS if any(x["workload"] == n for x in every)])
+
+    cells = [(tool, name) for tool in tools for name in names]
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:  # each cell is its own process
+        for future in as_completed([pool.submit(run_one, sanitizer, t, n, args.logs, args.timeout) for t, n in cells]):
+            done(future.result())
     print(f"wrote {out}")
     bad = [r for r in results if r["rc"] is None or r["errors"] is None or r["errors"] or r["raised"]
            or not r["finished"]]

@@ -49,21 +49,29 @@ def numpy_dtype(name: str) -> np.dtype:
     return dt
 
 
-_NAMES: dict = {}  # dtype object (NumPy or torch) -> name: str() of a dtype costs microseconds a call
+# dtype object -> name: str() of a dtype costs microseconds a call. torch's dtypes have their own dict, named at
+# import (register_torch): torch.compile traces the lookup, and Dynamo cannot trace a dict holding NumPy dtypes.
+_TORCH_NAMES: dict = {}
+_NAMES: dict = {}
 
 
 def dtype_name(x) -> str:
     """'float32', 'bfloat16', ... of a CuPy / NumPy array or a torch tensor."""
     dt = x.dtype
-    name = _NAMES.get(dt)
+    name = _TORCH_NAMES.get(dt)
     if name is None:
-        s = str(dt)
-        name = _NAMES[dt] = s[6:] if s.startswith("torch.") else np.dtype(dt).name
+        name = _NAMES.get(dt)
+        if name is None:
+            s = str(dt)
+            if s.startswith("torch."):
+                name = _TORCH_NAMES[dt] = s[6:]
+            else:
+                name = _NAMES[dt] = np.dtype(dt).name
     return name
 
 
 def register_torch(torch) -> None:
     """Name every torch dtype now (at import, not inside a call that torch.compile may be tracing)."""
     for dt in vars(torch).values():
-        if isinstance(dt, torch.dtype) and dt not in _NAMES:
-            _NAMES[dt] = str(dt)[6:]
+        if isinstance(dt, torch.dtype) and dt not in _TORCH_NAMES:
+            _TORCH_NAMES[dt] = str(dt)[6:]
