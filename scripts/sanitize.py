@@ -367,6 +367,9 @@ def device_name() -> str:
 
 
 def commit() -> str:
+    """git rev-parse --short HEAD, or CUPY_KERNELS_COMMIT when set (a copy of the tree without its history)."""
+    if os.environ.get("CUPY_KERNELS_COMMIT"):
+        return os.environ["CUPY_KERNELS_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
