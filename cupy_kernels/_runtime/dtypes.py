@@ -71,7 +71,10 @@ def dtype_name(x) -> str:
 
 
 def register_torch(torch) -> None:
-    """Name every torch dtype now (at import, not inside a call that torch.compile may be tracing)."""
+    """Name every torch dtype, and make every NumPy dtype, now: at import, not inside a call that torch.compile
+    may be tracing (Dynamo cannot replay a NumPy dtype stored into a dict during the trace)."""
     for dt in vars(torch).values():
         if isinstance(dt, torch.dtype) and dt not in _TORCH_NAMES:
             _TORCH_NAMES[dt] = str(dt)[6:]
+    for name in ITEMSIZE:
+        numpy_dtype(name)
