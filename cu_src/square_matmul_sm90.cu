@@ -234,6 +234,55 @@ template <int CL> __device__ __forceinline__ void release(unsigned bar) {
     mbar_arrive(bar);
   }
 }
+// The tile ring (sqmm_tma's tile ids, written by cluster rank 0): CL > 1 reads ids that rank 0 stored into
+// this CTA remotely, and rank 0 rewrites a slot after remote readers released it, so the waits acquire and
+// the arrivals release at cluster scope; CL = 1 stays within the CTA.
+template <int CL> __device__ __forceinline__ bool ring_test(unsigned bar, unsigned parity) {
+  unsigned done;
+  if constexpr (CL > 1)
+    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  else
+    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done;
+}
+template <int CL> __device__ __forceinline__ void ring_wait(unsigned bar, unsigned parity) {
+  if constexpr (CL > 1) {
+    unsigned done;
+    do {
+      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                   "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+  } else {
+    mbar_wait(bar, parity);
+  }
+}
+// Arrive on the barrier at `bar`'s offset in cluster CTA `cta` (CL = 1: this CTA's). FENCED: the caller has
+// just fenced at cluster scope or wider, so the arrival itself may be relaxed (each release arrival costs a
+// MEMBAR of its own).
+template <int CL, bool FENCED = false> __device__ __forceinline__ void ring_arrive(unsigned bar, unsigned cta) {
+  if constexpr (CL > 1 && FENCED)
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta) : "memory");
+  else if constexpr (CL > 1)
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta) : "memory");
+  else
+    mbar_arrive(bar);
+}
+// `v` into the word at `p`'s offset in the shared memory of cluster CTA `cta` (this one included).
+__device__ __forceinline__ void st_shared_cta(unsigned p, unsigned cta, unsigned v) {
+  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nst.shared::cluster.u32 [ra], %2;\n}\n"
+               ::"r"(p), "r"(cta), "r"(v) : "memory");
+}
+// A tile id of the ring, read after its full barrier's wait (volatile: written by another thread or CTA).
+__device__ __forceinline__ unsigned ring_id(const unsigned* p) { return *reinterpret_cast<const volatile unsigned*>(p); }
+// Until row block `arrivals` has `expected` announcements (every read of A done), then its rows may be written.
+__device__ __forceinline__ void row_block_wait(const unsigned* arrivals, unsigned expected) {
+  while (*reinterpret_cast<const volatile unsigned*>(arrivals) < expected) __nanosleep(64);
+  __threadfence();
+}
 // Box from shared memory to (c0, c1) of the tensor; parts outside it are not written.
 __device__ __forceinline__ void tma_store(const TmaMap& map, int c0, int c1, unsigned src) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
@@ -268,18 +317,24 @@ __device__ __forceinline__ void stage_fragment(const float (&d)[128], unsigned c
 // CL x min(resident clusters, tiles) blocks (>= tiles_n clusters, the host checks), clusters of CL = (int)C
 // blocks along x (Ctas::pair: the launch's cluster attribute), 384 threads, TMA_SMEM bytes of dynamic
 // shared memory; ctrl zeroed, 1 + CL * ceil(row blocks / CL) counters. A tile is CL row blocks x 256 columns
-// (CTA rank r of the cluster takes row block CL * (t / tiles_n) + r), dealt round-robin over the clusters
-// (tile = cluster id + i * clusters), so a cluster never holds two tiles of one row block and a tile only
-// waits for tiles of smaller index: no deadlock. One thread of warpgroup 0 loads TMA_STAGES stages ahead
-// with TMA (A [128][64] and W as [256 n][64 k] or four [64 k][64 n] atoms, 128-byte swizzle, out-of-range
-// zeros); warpgroups 1 and 2 each multiply 64 rows x 256 columns (m64n256k16) and release each stage
-// through an mbarrier, write the tile (+ bias) into shared memory and go on to the next tile; one thread of
-// warp 1 (the store warp) announces the row block's reads, waits for the row block, and writes the tile to
-// A with TMA stores, so neither the wait nor the stores stall the tensor cores.
+// (CTA rank r of the cluster takes row block CL * (t / tiles_n) + r), taken in order from the ticket counter
+// ctrl[0] by rank 0's producer and handed to the cluster's threads through a ring of two tile ids. A slot is
+// refilled only after its tile has been stored, so a cluster holds at most two tickets, and one whose store
+// waits has announced the reads of both (a tile announces before it waits to be staged). Hence no deadlock
+// while at least ceil(tiles_n / 2) clusters are resident (the host asks for tiles_n): were all of them
+// waiting, each would hold two tickets of the lowest unfinished row block (tickets go in order), together
+// >= tiles_n: all its tiles, all announced. One thread of warpgroup 0 loads TMA_STAGES stages ahead with TMA
+// (A [128][64] and W as [256 n][64 k] or four [64 k][64 n] atoms, 128-byte swizzle, out-of-range
+// zeros); warpgroups 1 and 2 each multiply 64 rows x 256 columns (m64n256k16), release each stage through
+// an mbarrier, announce the row block's reads (one arrival each: 2 x tiles_n a row block), write the tile
+// (+ bias) into shared memory and go on to the next tile; one thread of warp 1 (the store warp) waits for
+// the row block and writes the tile to A with TMA stores, so neither the wait nor the stores stall the
+// tensor cores.
 //  - Ctas::pair: the two CTAs of a cluster share the W tile of every k step: each loads its
 //    half with a TMA multicast into both CTAs' shared memory (half the L2 -> SM bytes of W). A stage is
 //    refilled only when the consumers of both CTAs have released it (empty barriers count 2 x 2 arrivals,
-//    local and remote), and a CTA's producer leaves only after the last releases reached it.
+//    local and remote), and a CTA's producer leaves only after the last releases reached it. Rank 0 writes
+//    each tile id into both CTAs' rings; its slots are released by the readers of both CTAs.
 // map_a: A (m rows x n), box 64 x 128; map_w: W, box 64 x (256 / CL) (TRANS) or 64 x 64. n % 8 == 0,
 // m + 128 * CL < 2^31.
 template <typename T, W B, Ctas C>
@@ -292,13 +347,15 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
   constexpr int CL = (int)C;
   constexpr int S = TMA_STAGES;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  __shared__ __align__(8) unsigned long long full_bar[S], empty_bar[S], c_full, c_empty;
+  __shared__ __align__(8) unsigned long long full_bar[S], empty_bar[S], c_full, c_empty, tile_full[2], tile_empty[2];
+  __shared__ unsigned tile_id[2];  // the tile ring: the ids of this CTA's next tiles; total_tiles or more ends it
   const unsigned raw = smem_addr(smem_raw);
   const unsigned As = (raw + 1023) & ~1023u;            // S x [128 rows][64 k]
   const unsigned Bs = As + S * A_STAGE * 2;             // S x W tile
   const unsigned Cs = Bs + S * B_STAGE * 2;             // the staged output tile, 4 x [128][64]
   const int tid = threadIdx.x, wg = tid >> 7;
   const int ktiles = (n + BK - 1) / BK;
+  const unsigned rank = CL > 1 ? cluster_rank() : 0;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       mbar_init(smem_addr(&full_bar[s]), 1);        // the producer's expect_tx; the bytes complete it
@@ -306,6 +363,12 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
     }
     mbar_init(smem_addr(&c_full), 2);           // both consumer warpgroups staged their halves
     mbar_init(smem_addr(&c_empty), 1);          // the store warp's TMA stores have read the tile
+    for (int j = 0; j < 2; ++j) {
+      mbar_init(smem_addr(&tile_full[j]), 1);   // rank 0's producer wrote the id
+      // (rank 0's) every reader of the cluster is done with the slot: each consumer warpgroup has read the id,
+      // the store warp has stored the tile; CL > 1: the same in rank 1, whose producer reads it too
+      mbar_init(smem_addr(&tile_empty[j]), CL > 1 ? 7 : 3);
+    }
     mbar_init_fence();
   }
   if constexpr (CL > 1)
@@ -313,12 +376,44 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
   else
     __syncthreads();
 
+  // Tile i of this CTA sits in ring slot i % 2, filled in phase i / 2 of that slot's barriers.
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (tid == 0) {  // producer
-      const unsigned rank = CL > 1 ? cluster_rank() : 0;
-      unsigned it = 0;  // k steps issued so far, over all tiles: stage it % S, pass it / S
-      for (unsigned t = blockIdx.x / CL; t < total_tiles; t += gridDim.x / CL) {
+      // it: k steps issued so far, over all tiles (stage it % S, pass it / S); i: tiles. Rank 0 also: `taken`
+      // tickets taken so far, the last one `next`, `held` while it is not yet in the ring.
+      unsigned it = 0, i = 0, taken = 0, next = 0;
+      bool held = false;
+      auto publish = [&](unsigned slot) {  // rank 0: ticket `next` into ring slot `slot` of every CTA
+        if constexpr (CL > 1) {
+#pragma unroll
+          for (int c = 0; c < CL; ++c) st_shared_cta(smem_addr(&tile_id[slot]), c, next);
+          asm volatile("fence.acq_rel.cluster;\n" ::: "memory");  // both ids before either arrival
+#pragma unroll
+          for (int c = 0; c < CL; ++c) ring_arrive<CL, true>(smem_addr(&tile_full[slot]), c);
+        } else {
+          tile_id[slot] = next;
+          mbar_arrive(smem_addr(&tile_full[slot]));
+        }
+        held = false;
+      };
+      for (;; ++i) {
+        const unsigned slot = i & 1;
+        unsigned t;
+        if (rank == 0) {
+          if (taken == i) {  // not taken during the previous tile: once the slot's last tile has been stored
+            ring_wait<CL>(smem_addr(&tile_empty[slot]), ((i >> 1) & 1) ^ 1);
+            next = atomicAdd(ctrl, 1u);
+            ++taken;
+            publish(slot);
+          }
+          t = next;
+        } else {
+          ring_wait<CL>(smem_addr(&tile_full[slot]), (i >> 1) & 1);
+          t = ring_id(&tile_id[slot]);
+        }
+        if (t >= total_tiles) break;
+        if (rank != 0) ring_arrive<CL>(smem_addr(&tile_empty[slot]), 0);
         const int row0 = (int)((t / tiles_n) * CL + rank) * BM, n0 = (int)(t % tiles_n) * TBN;
         for (int kt = 0; kt < ktiles; ++kt, ++it) {
           const unsigned s = it % S, full = smem_addr(&full_bar[s]);
@@ -342,24 +437,44 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
 #pragma unroll
             for (int j = 0; j < 4; ++j) tma_load(bs + j * 8192, map_w, n0 + 64 * j, kt * BK, full);
           }
+          if (rank == 0) {  // the next tile's ticket as soon as its slot is free (tile i - 1 stored), put in
+            if (held) {     // the ring a step later: the atomic's latency overlaps that step's stage wait
+              publish(slot ^ 1);
+            } else if (taken == i + 1 && ring_test<CL>(smem_addr(&tile_empty[slot ^ 1]), (((i + 1) >> 1) & 1) ^ 1)) {
+              next = atomicAdd(ctrl, 1u);
+              ++taken;
+              held = true;
+            }
+          }
         }
+        if (held) publish(slot ^ 1);
       }
-      if (CL > 1) {  // stay until both CTAs' consumers have released every stage (their last remote arrivals)
+      if (CL > 1) {
+        // No CTA leaves while its peer may still arrive on or write into its shared memory. Rank 1's last
+        // accesses to rank 0 are its readers' releases of the last tile's slot (before they read the end id
+        // of the other slot) and its consumers' stage releases: rank 0 waits for both below. Rank 0's last
+        // access to rank 1 is the end id and its arrival, which every thread of rank 1 waits for before
+        // leaving; its consumers' stage releases there, rank 1 waits for below like rank 0.
+        if (rank == 0) ring_wait<CL>(smem_addr(&tile_empty[(i + 1) & 1]), (((i + 1) >> 1) & 1) ^ 1);
         for (int s = 0; s < S; ++s, ++it) mbar_wait(smem_addr(&empty_bar[it % S]), ((it / S) & 1) ^ 1);
       }
     } else if (tid == 32) {  // store warp
-      const unsigned rank = CL > 1 ? cluster_rank() : 0;
-      unsigned i = 0;
-      for (unsigned t = blockIdx.x / CL; t < total_tiles; t += gridDim.x / CL, ++i) {
+      for (unsigned i = 0;; ++i) {
+        const unsigned slot = i & 1;
+        ring_wait<CL>(smem_addr(&tile_full[slot]), (i >> 1) & 1);
+        const unsigned t = ring_id(&tile_id[slot]);
+        if (t >= total_tiles) break;
         mbar_wait(smem_addr(&c_full), i & 1);
         const unsigned rb = (t / tiles_n) * CL + rank;
-        row_block_arrive_wait(ctrl + 1 + rb, tiles_n);
+        row_block_wait(ctrl + 1 + rb, 2 * tiles_n);  // both consumer warpgroups of every column tile
         const int row0 = (int)rb * BM, n0 = (int)(t % tiles_n) * TBN;
 #pragma unroll
         for (int j = 0; j < 4; ++j) tma_store(map_a, n0 + 64 * j, row0, Cs + j * (BM * 128));
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
         asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
         mbar_arrive(smem_addr(&c_empty));
+        // Only now: the cluster's next ticket waits for this store, so a cluster holds at most two tiles.
+        ring_arrive<CL>(smem_addr(&tile_empty[slot]), 0);
       }
       asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // the writes done before the block exits
     }
@@ -368,9 +483,13 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
   const int cw = wg - 1, lane = tid & 31, wq = (tid >> 5) & 3;
-  const bool signals = (tid & 127) == 0;  // one thread per warpgroup releases stages
-  unsigned it = 0, i = 0;
-  for (unsigned t = blockIdx.x / CL; t < total_tiles; t += gridDim.x / CL, ++i) {
+  const bool signals = (tid & 127) == 0;  // one thread per warpgroup releases stages and announces reads
+  unsigned it = 0;
+  for (unsigned i = 0;; ++i) {
+    const unsigned slot = i & 1;
+    ring_wait<CL>(smem_addr(&tile_full[slot]), (i >> 1) & 1);
+    const unsigned t = ring_id(&tile_id[slot]);
+    if (t >= total_tiles) break;
     const int n0 = (int)(t % tiles_n) * TBN;
     float acc[128];
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
@@ -390,7 +509,16 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
       if (kt > 0 && signals) release<CL>(smem_addr(&empty_bar[(it - 1) % S]));
     }
     wg_wait<0>();
-    if (signals) release<CL>(smem_addr(&empty_bar[(it - 1) % S]));
+    if (signals) {
+      release<CL>(smem_addr(&empty_bar[(it - 1) % S]));
+      // Every read of A for this tile is done (its TMA loads completed on full_bar before the wgmma read
+      // them): announce it before waiting to stage, so a cluster whose store waits has announced both tiles.
+      __threadfence();
+      // The ring slot, released here rather than at the read (the fence above serves both; the slot is
+      // refilled only after this tile's store anyway, which follows every thread's read: c_full below).
+      ring_arrive<CL, true>(smem_addr(&tile_empty[slot]), 0);
+      atomicAdd(ctrl + 1 + (t / tiles_n) * CL + rank, 1u);
+    }
     const int r = cw * 64 + wq * 16 + (lane >> 2), col = (lane & 3) * 2;
     mbar_wait(smem_addr(&c_empty), (i & 1) ^ 1);  // the previous tile has left shared memory
     stage_fragment(acc, Cs, bias + n0, has_bias, n - n0, r, col);
