@@ -69,22 +69,34 @@ def variants(module: str, attr: str, fallback):
         return tuple(fallback)
 
 
+SLACK = 16  # elements written after every array: a kernel's aligned 16-byte pack reads past a row's end (by design,
+            # values unused) then read initialised memory, and initcheck reports only real uninitialised reads
+
+
 def arr(shape, dtype="float32", offset=0, scale=1.0, shift=0.0, positive=False):
-    """A CuPy array of normal values (bfloat16 through ml_dtypes), `offset` elements into a fresh buffer."""
+    """A CuPy array of normal values (bfloat16 through ml_dtypes), `offset` elements into a fresh buffer that holds
+    SLACK initialised elements after it."""
     import cupy
 
     from cupy_kernels._runtime import numpy_dtype
 
     size = int(np.prod(shape))
     rng = np.random.default_rng(size)
-    v = rng.standard_normal(size + offset) * scale + shift
+    v = rng.standard_normal(size + offset + SLACK) * scale + shift
     if positive:
         v = np.abs(v) + 0.5
     if dtype.startswith(("int", "uint")) or dtype == "bool":
         v = (v * 10).astype(np.int64) % 100 if dtype != "bool" else v > 0
     buf = cupy.asarray(v.astype(numpy_dtype(dtype) if dtype not in ("bool",) and not dtype.startswith(("int", "uint"))
                                 else dtype))
-    return buf[offset:].reshape(shape)
+    return buf[offset:offset + size].reshape(shape)
+
+
+def copy(a):
+    """A copy of C-contiguous `a` in a buffer like arr's (initialised slack after it): an in-place step's target."""
+    out = arr(a.shape, a.dtype.name)
+    out.data.copy_from_device(a.data, a.nbytes)  # a byte copy (any dtype); a is C-contiguous
+    return out
 
 
 class Steps:
@@ -156,7 +168,7 @@ def softmax(step: Steps, small: bool):
             for op in ("softmax", "log_softmax"):
                 step(f"{op} and backward {dtype} n={n}",
                      lambda op=op, x=x, dy=dy: getattr(ck, f"{op}_backward")(getattr(ck, op)(x), dy))
-            step(f"softmax_ {dtype} n={n}", ck.softmax_, x.copy())
+            step(f"softmax_ {dtype} n={n}", ck.softmax_, copy(x))
             step(f"softmax {dtype} n={n} unaligned", ck.softmax, arr((rows, n), dtype, offset=1))
             step(f"softmax axis 0 {dtype} n={n}", ck.softmax, arr((min(n, 300), 5), dtype), axis=0)
     fwd, bwd = impl("softmax", "softmax_impl"), impl("softmax", "softmax_backward_impl")
@@ -190,7 +202,7 @@ def norm(step: Steps, small: bool):
                 x, w, b = arr((rows, n), dtype, scale=2.0), arr(n, dtype, positive=True), arr(n, dtype)
                 args = (w, b) if bias else (w,)
                 step(f"{mode} {dtype} n={n}", getattr(ck, mode), x, *args)
-                step(f"{mode}_ {dtype} n={n}", getattr(ck, mode + "_"), x.copy(), *args)
+                step(f"{mode}_ {dtype} n={n}", getattr(ck, mode + "_"), copy(x), *args)
                 step(f"{mode} {dtype} n={n} unaligned", getattr(ck, mode), arr((rows, n), dtype, offset=1), *args)
         for dtype, n in NORM_BWD_CASES:
             rows = 3 if n >= 16384 else (9 if small else 300)
@@ -204,7 +216,7 @@ def norm(step: Steps, small: bool):
                                                                           *ck.layer_norm_forward(x)[1:]))
 
                 def from_output():
-                    y2, _, rstd2 = ck.layer_norm_forward(x.copy(), w, b, inplace=True)
+                    y2, _, rstd2 = ck.layer_norm_forward(copy(x), w, b, inplace=True)
                     ck.layer_norm_backward(dy, y2, w, b, None, rstd2, from_output=True)
                 step(label + " from the output", from_output)
                 step(label + " unaligned", lambda: ck.layer_norm_backward(dyu, xu, w, b,
@@ -213,7 +225,7 @@ def norm(step: Steps, small: bool):
                 step(label, lambda: ck.rms_norm_backward(dy, x, w, ck.rms_norm_forward(x, w)[1]))
 
                 def from_output():
-                    y2, rstd2 = ck.rms_norm_forward(x.copy(), w, inplace=True)
+                    y2, rstd2 = ck.rms_norm_forward(copy(x), w, inplace=True)
                     ck.rms_norm_backward(dy, y2, w, rstd2, from_output=True)
                 step(label + " from the output", from_output)
                 step(label + " unaligned", lambda: ck.rms_norm_backward(dyu, xu, w, ck.rms_norm_forward(xu, w)[1]))
@@ -366,11 +378,12 @@ def commit() -> str:
 
 
 # memcheck, synccheck, initcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: H hazards displayed (N errors,"
+KERNEL = re.compile(r"^=+ +(?:Uninitialized|Invalid|Race|Barrier|Error|Warning).*\n=+ +at (?:void )?([\w:]+(?:<.*?>)?)\(", re.M)
 SUMMARY = re.compile(r"(?:ERROR SUMMARY:\s+|hazards displayed \()(\d+)\s+error")
 
 
 def run_one(sanitizer, tool, name, logs, timeout):
-    cmd = [sanitizer, "--tool", tool, "--error-exitcode", "1", "--print-limit", "50", *TOOL_ARGS[tool],
+    cmd = [sanitizer, "--tool", tool, "--error-exitcode", "1", "--print-limit", "1000", *TOOL_ARGS[tool],
            sys.executable, os.path.abspath(__file__), "--workload", name]
     if tool in SMALL_TOOLS:
         cmd.append("--small")
@@ -392,8 +405,12 @@ def run_one(sanitizer, tool, name, logs, timeout):
     raised = [ln for ln in out.splitlines() if ln.startswith("RAISED ")]
     skipped = [ln for ln in out.splitlines() if ln.startswith("SKIPPED ")]
     finished = any(ln.startswith(f"WORKLOAD {name}:") for ln in out.splitlines())
+    kernels: dict = {}  # the kernel of each printed error (the first --print-limit of them)
+    for k in KERNEL.findall(out):
+        kernels[k] = kernels.get(k, 0) + 1
     return {"tool": tool, "workload": name, "rc": rc, "errors": int(found[-1]) if found else None,
-            "finished": finished, "seconds": round(secs, 1), "raised": raised, "skipped": skipped, "log": log}
+            "finished": finished, "seconds": round(secs, 1), "raised": raised, "skipped": skipped, "log": log,
+            "kernels": kernels}
 
 
 def cell(r) -> str:
@@ -420,6 +437,12 @@ def write_report(results, out, device, rev, tools, names):
              "| workload | " + " | ".join(tools) + " |", "|---|" + "---:|" * len(tools)]
     for name in names:
         lines.append(f"| {name} | " + " | ".join(cell(by.get((t, name))) for t in tools) + " |")
+    found = [r for r in results if r.get("kernels")]
+    if found:
+        lines += ["", "## Kernels of the printed errors", ""]
+        lines += [f"- {r['tool']} / {r['workload']}: " + ", ".join(f"`{k.strip()}` {n}" for k, n in
+                                                               sorted(r["kernels"].items(), key=lambda kv: -kv[1]))
+                  for r in found]
     notes = [(r, ln) for r in results for ln in r["raised"] + r["skipped"][:5]]
     if notes:
         lines += ["", "## Steps that raised or were skipped", ""]

@@ -235,7 +235,7 @@ def test_fuzz_reductions(data):
     out_shape = tuple(1 if i in axes else s for i, s in enumerate(shape)) if keepdims else \
         tuple(s for i, s in enumerate(shape) if i not in axes)
     src = x.dev.detach().requires_grad_() if grad else x.dev
-    if op in ("max", "min") and count == 0 and math.prod(out_shape) > 0:
+    if op in ("max", "min") and count == 0:  # NumPy and torch raise even when the result is empty
         with pytest.raises(ValueError, match="zero-size array"):
             getattr(ck, op)(src, axis=axis, keepdims=keepdims)
         return

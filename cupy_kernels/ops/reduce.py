@@ -168,6 +168,8 @@ def _plan(op, kind, x, axis, keepdims, device) -> _Entry:
     shape = output_shape(tuple(x.shape), axes, keepdims)
     out_dtype = result_dtype(op, dtype)
     count = math.prod(x.shape[a] for a in axes)
+    if op in ("max", "min") and axes and count == 0:  # NumPy and torch raise even when the result is empty
+        raise ValueError(f"{op}: zero-size array to reduction operation {op}imum which has no identity")
     if not axes or math.prod(shape) == 0 or count == 0:
         return _Entry(shape, out_dtype, None, None)  # no kernel: _degenerate
     kept = [a for a in range(ndim) if a not in axes]
@@ -203,7 +205,7 @@ def is_contiguous(shape, strides) -> bool:
 
 def _degenerate(op, kind, x, e: _Entry, out):
     """Results that need no kernel: no axis reduced (a 0-d input, or axis=()): the input in the result dtype; an empty
-    output; a reduction over no element."""
+    output; a sum or mean over no element (max / min raised in _plan)."""
     y = out if out is not None else kind.empty(e.shape, e.dtype, kind.device(x))
     if math.prod(e.shape) == 0:
         return y
@@ -213,8 +215,6 @@ def _degenerate(op, kind, x, e: _Entry, out):
         else:
             y.copy_(x)
         return y
-    if op in ("max", "min"):
-        raise ValueError(f"{op}: zero-size array to reduction operation {op}imum which has no identity")
     kind.fill(y, 0 if op == "sum" else float("nan"))
     return y
 
