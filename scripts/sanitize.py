@@ -167,7 +167,7 @@ def softmax(step: Steps, small: bool):
             x, dy = arr((rows, n), dtype, scale=3.0), arr((rows, n), dtype)
             for op in ("softmax", "log_softmax"):
                 step(f"{op} and backward {dtype} n={n}",
-                     lambda op=op, x=x, dy=dy: getattr(ck, f"{op}_backward")(getattr(ck, op)(x), dy))
+                     lambda op=op, x=x, dy=dy: getattr(ck, f"{op}_backward")(copy(getattr(ck, op)(x)), dy))
             step(f"softmax_ {dtype} n={n}", ck.softmax_, copy(x))
             step(f"softmax {dtype} n={n} unaligned", ck.softmax, arr((rows, n), dtype, offset=1))
             step(f"softmax axis 0 {dtype} n={n}", ck.softmax, arr((min(n, 300), 5), dtype), axis=0)
