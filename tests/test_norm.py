@@ -88,7 +88,7 @@ def test_names_read_as_forms():
         "norm_bwd<bfloat16, LAYER, FROM_X, 2, ANY_GROUP, NO_DBIAS>"
     assert N.bwd_name("float32", "rms_norm", True, 2, 4) == "norm_bwd<float, ANY_MODE, ANY_SOURCE, 2, 4, PLAIN>"
     assert N.shared_name("float16", "rms_norm", False, 1, True, True, True) == \
-        "norm_bwd_shared<half, ANY_MODE, ANY_SOURCE, 1, STAGED | FULL_PACKS | WARP_ROWS>"
+        "norm_bwd_shared<half, RMS, FROM_X, 1, STAGED | FULL_PACKS | WARP_ROWS>"
     assert N.ring_name("bfloat16", "layer_norm", True, 4, 2) == "norm_bwd_ring<bfloat16, ANY_MODE, ANY_SOURCE, 4, 2>"
     assert N.ring_name("float16", "layer_norm", False, 4, 1) == "norm_bwd_ring<half, ANY_MODE, FROM_X, 4, 1>"
     assert N.ring_name("float16", "rms_norm", True, 4, 1) == "norm_bwd_ring<half, RMS, FROM_Y, 4, 1>"
