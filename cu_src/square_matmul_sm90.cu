@@ -320,16 +320,18 @@ __device__ __forceinline__ void stage_fragment(const float (&d)[128], unsigned c
 // (CTA rank r of the cluster takes row block CL * (t / tiles_n) + r), taken in order from the ticket counter
 // ctrl[0] by rank 0's producer and handed to the cluster's threads through a ring of two tile ids. A slot is
 // refilled only after its tile has been stored, so a cluster holds at most two tickets, and one whose store
-// waits has announced the reads of both (a tile announces before it waits to be staged). Hence no deadlock
-// while at least ceil(tiles_n / 2) clusters are resident (the host asks for tiles_n): were all of them
-// waiting, each would hold two tickets of the lowest unfinished row block (tickets go in order), together
-// >= tiles_n: all its tiles, all announced. One thread of warpgroup 0 loads TMA_STAGES stages ahead with TMA
-// (A [128][64] and W as [256 n][64 k] or four [64 k][64 n] atoms, 128-byte swizzle, out-of-range
-// zeros); warpgroups 1 and 2 each multiply 64 rows x 256 columns (m64n256k16), release each stage through
-// an mbarrier, announce the row block's reads (one arrival each: 2 x tiles_n a row block), write the tile
-// (+ bias) into shared memory and go on to the next tile; one thread of warp 1 (the store warp) waits for
-// the row block and writes the tile to A with TMA stores, so neither the wait nor the stores stall the
-// tensor cores.
+// waits has announced the reads of both (the announcer never waits for the store warp, and a tile's
+// consumers finish its k loop before waiting to stage it). Hence no deadlock while at least
+// ceil(tiles_n / 2) clusters are resident (the host asks for tiles_n): were all of them waiting, each would
+// hold two tickets of the lowest unfinished row block (tickets go in order), together >= tiles_n: all its
+// tiles, all announced. One thread of warpgroup 0 loads TMA_STAGES stages ahead with TMA (A [128][64] and
+// W as [256 n][64 k] or four [64 k][64 n] atoms, 128-byte swizzle, out-of-range zeros); warpgroups 1 and 2
+// each multiply 64 rows x 256 columns (m64n256k16), release each stage through an mbarrier, mark the tile's
+// reads done on a CTA-local mbarrier, write the tile (+ bias) into shared memory and go on to the next
+// tile; one idle thread of warpgroup 0 (the announcer, warp 2) then announces the row block's reads in
+// global memory (one arrival a CTA tile: tiles_n a row block), off the consumers' path between tiles; one
+// thread of warp 1 (the store warp) waits for the row block and writes the tile to A with TMA stores, so
+// neither the wait nor the stores stall the tensor cores.
 //  - Ctas::pair: the two CTAs of a cluster share the W tile of every k step: each loads its
 //    half with a TMA multicast into both CTAs' shared memory (half the L2 -> SM bytes of W). A stage is
 //    refilled only when the consumers of both CTAs have released it (empty barriers count 2 x 2 arrivals,
@@ -347,7 +349,8 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
   constexpr int CL = (int)C;
   constexpr int S = TMA_STAGES;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  __shared__ __align__(8) unsigned long long full_bar[S], empty_bar[S], c_full, c_empty, tile_full[2], tile_empty[2];
+  __shared__ __align__(8) unsigned long long full_bar[S], empty_bar[S], c_full, c_empty, tile_full[2], tile_empty[2],
+      reads_done[2];
   __shared__ unsigned tile_id[2];  // the tile ring: the ids of this CTA's next tiles; total_tiles or more ends it
   const unsigned raw = smem_addr(smem_raw);
   const unsigned As = (raw + 1023) & ~1023u;            // S x [128 rows][64 k]
@@ -365,9 +368,11 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
     mbar_init(smem_addr(&c_empty), 1);          // the store warp's TMA stores have read the tile
     for (int j = 0; j < 2; ++j) {
       mbar_init(smem_addr(&tile_full[j]), 1);   // rank 0's producer wrote the id
-      // (rank 0's) every reader of the cluster is done with the slot: each consumer warpgroup has read the id,
-      // the store warp has stored the tile; CL > 1: the same in rank 1, whose producer reads it too
-      mbar_init(smem_addr(&tile_empty[j]), CL > 1 ? 7 : 3);
+      // (rank 0's) every reader of the cluster is done with the slot: the store warp has stored the tile (its
+      // consumers read the id before staging it: c_full), the announcer has announced it; CL > 1: the same in
+      // rank 1, whose producer reads the id too
+      mbar_init(smem_addr(&tile_empty[j]), CL > 1 ? 5 : 2);
+      mbar_init(smem_addr(&reads_done[j]), 2);  // both consumer warpgroups finished the slot's tile's k loop
     }
     mbar_init_fence();
   }
@@ -451,8 +456,9 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
       }
       if (CL > 1) {
         // No CTA leaves while its peer may still arrive on or write into its shared memory. Rank 1's last
-        // accesses to rank 0 are its readers' releases of the last tile's slot (before they read the end id
-        // of the other slot) and its consumers' stage releases: rank 0 waits for both below. Rank 0's last
+        // accesses to rank 0 are its producer's, store warp's and announcer's releases of the last tile's slot
+        // (the end id's slot was released before rank 0 wrote it) and its consumers' stage releases: rank 0
+        // waits for both below (the slot's phase completes only with all five arrivals). Rank 0's last
         // access to rank 1 is the end id and its arrival, which every thread of rank 1 waits for before
         // leaving; its consumers' stage releases there, rank 1 waits for below like rank 0.
         if (rank == 0) ring_wait<CL>(smem_addr(&tile_empty[(i + 1) & 1]), (((i + 1) >> 1) & 1) ^ 1);
@@ -466,7 +472,7 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
         if (t >= total_tiles) break;
         mbar_wait(smem_addr(&c_full), i & 1);
         const unsigned rb = (t / tiles_n) * CL + rank;
-        row_block_wait(ctrl + 1 + rb, 2 * tiles_n);  // both consumer warpgroups of every column tile
+        row_block_wait(ctrl + 1 + rb, tiles_n);  // every column tile's announcer
         const int row0 = (int)rb * BM, n0 = (int)(t % tiles_n) * TBN;
 #pragma unroll
         for (int j = 0; j < 4; ++j) tma_store(map_a, n0 + 64 * j, row0, Cs + j * (BM * 128));
@@ -477,13 +483,29 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
         ring_arrive<CL>(smem_addr(&tile_empty[slot]), 0);
       }
       asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // the writes done before the block exits
+    } else if (tid == 64) {  // announcer
+      // reads_done[slot] per slot, waited with the slot's phase: the consumers reach tile i + 2 (same slot) only
+      // after its tile_full, which needs tile i's tile_empty, which needs this thread's arrival for tile i; so
+      // they never complete two phases of one barrier before this thread has waited for the first.
+      for (unsigned i = 0;; ++i) {
+        const unsigned slot = i & 1;
+        ring_wait<CL>(smem_addr(&tile_full[slot]), (i >> 1) & 1);
+        const unsigned t = ring_id(&tile_id[slot]);
+        if (t >= total_tiles) break;
+        mbar_wait(smem_addr(&reads_done[slot]), (i >> 1) & 1);
+        // Every read of A for this tile is done (its TMA loads completed on full_bar before the consumers'
+        // wgmma read them, and they arrived after wg_wait<0>): announce it to the stores of other CTAs.
+        __threadfence();
+        atomicAdd(ctrl + 1 + (t / tiles_n) * CL + rank, 1u);
+        ring_arrive<CL, true>(smem_addr(&tile_empty[slot]), 0);  // the fence above releases the id's read
+      }
     }
     return;
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
   const int cw = wg - 1, lane = tid & 31, wq = (tid >> 5) & 3;
-  const bool signals = (tid & 127) == 0;  // one thread per warpgroup releases stages and announces reads
+  const bool signals = (tid & 127) == 0;  // one thread per warpgroup releases stages and marks reads done
   unsigned it = 0;
   for (unsigned i = 0;; ++i) {
     const unsigned slot = i & 1;
@@ -511,13 +533,10 @@ sqmm_tma(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap ma
     wg_wait<0>();
     if (signals) {
       release<CL>(smem_addr(&empty_bar[(it - 1) % S]));
-      // Every read of A for this tile is done (its TMA loads completed on full_bar before the wgmma read
-      // them): announce it before waiting to stage, so a cluster whose store waits has announced both tiles.
-      __threadfence();
-      // The ring slot, released here rather than at the read (the fence above serves both; the slot is
-      // refilled only after this tile's store anyway, which follows every thread's read: c_full below).
-      ring_arrive<CL, true>(smem_addr(&tile_empty[slot]), 0);
-      atomicAdd(ctrl + 1 + (t / tiles_n) * CL + rank, 1u);
+      // Every read of A for this tile is done: the announcer publishes it, so a cluster whose store waits
+      // has announced both tiles. No ring arrival here: every thread's read of the id precedes the store
+      // warp's arrival on tile_empty (warpgroup_sync, c_full below).
+      mbar_arrive(smem_addr(&reads_done[slot]));
     }
     const int r = cw * 64 + wq * 16 + (lane >> 2), col = (lane & 3) * 2;
     mbar_wait(smem_addr(&c_empty), (i & 1) ^ 1);  // the previous tile has left shared memory
