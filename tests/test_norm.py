@@ -100,7 +100,7 @@ def test_instance_count():
     """The instances the dispatch takes (test_dispatch_takes_exactly_the_declared_instances), and no more: 795 before
     the forms nothing took were retired, 609 before most took the op (mode, source) as a run-time argument."""
     counts = {s.filename: len(s.names) for s in N.SOURCES}
-    assert sum(counts.values()) <= 300, counts
+    assert sum(counts.values()) <= 303, counts
     assert rw.ZERO_WORDS in N.FWD.names and rw.ZERO_WORDS in N.BWD.names  # both launch pipelined kernels
 
 
