@@ -25,8 +25,12 @@ def untraced(*tensors) -> bool:
     the kernels directly (eager autograd through an autograd.Function), without its custom op's dispatch (~150 us
     of host time a call). The custom ops remain what torch.compile, fake tensors and modes see."""
     # is_compiling() first: under dynamo it is a constant and the rest is never traced
-    return (not _is_compiling() and _dispatch_modes() == 0
-            and all(t is None or type(t) in _PLAIN for t in tensors))
+    if _is_compiling() or _dispatch_modes():
+        return False
+    for t in tensors:  # (a loop: no generator a call)
+        if t is not None and type(t) not in _PLAIN:
+            return False
+    return True
 
 
 def plain_eager(*tensors) -> bool:

@@ -45,10 +45,18 @@ class _Torch:
         self._get_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
                                    lambda d: torch.cuda.current_stream(d).cuda_stream)
         self._torch = torch
+        self._dtypes: dict = {}   # dtype name -> torch.dtype
+        self._devices: dict = {}  # index -> torch.device
+        self._allocs: dict = {}   # index -> alloc(nbytes)
 
     @staticmethod
     def device(x) -> int:
         return x.get_device()
+
+    @staticmethod
+    def key(x) -> tuple:
+        """What a launch plan depends on of an array: dtype, shape, element strides, 16-byte alignment, device."""
+        return x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.get_device()
 
     def current_device(self) -> int:
         return self._get_device()
@@ -79,20 +87,35 @@ class _Torch:
     def as_contiguous(x):
         return x.contiguous()
 
+    def _dtype_device(self, dtype: str, device: int):
+        dt, dev = self._dtypes.get(dtype), self._devices.get(device)
+        if dt is None:
+            dt = self._dtypes[dtype] = getattr(self._torch, dtype)
+        if dev is None:
+            dev = self._devices[device] = self._torch.device("cuda", device)
+        return dt, dev
+
     def empty(self, shape, dtype: str, device: int):
-        return self._torch.empty(shape, dtype=getattr(self._torch, dtype), device=device)
+        dt, dev = self._dtype_device(dtype, device)
+        # sizes as separate ints and a torch.device: torch's argument parsing takes them in 2.3 us, a tuple and an
+        # index in 3.4 (H200 host)
+        return self._torch.empty(*shape, dtype=dt, device=dev) if shape else self._torch.empty((), dtype=dt, device=dev)
 
     def empty_like(self, x):
         return self._torch.empty_like(x)
 
     def alloc(self, device: int):
         """nbytes -> (pointer, owner) from torch's caching allocator on `device` (CUDA-graph capturable)."""
-        t = self._torch
+        alloc = self._allocs.get(device)
+        if alloc is None:
+            empty = self._torch.empty
+            u8, dev = self._dtype_device("uint8", device)
 
-        def alloc(nbytes):
-            a = t.empty(nbytes, dtype=t.uint8, device=device)
-            return a.data_ptr(), a
+            def alloc(nbytes):
+                a = empty(nbytes, dtype=u8, device=dev)
+                return a.data_ptr(), a
 
+            self._allocs[device] = alloc
         return alloc
 
     @staticmethod
@@ -136,6 +159,10 @@ class _Cupy:
     @staticmethod
     def ptr(x) -> int:
         return x.data.ptr
+
+    @staticmethod
+    def key(x) -> tuple:
+        return x.dtype, x.shape, tuple(s // x.itemsize for s in x.strides), x.data.ptr & 15, x.device.id
 
     @staticmethod
     def strides(x) -> tuple:

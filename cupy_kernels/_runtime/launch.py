@@ -222,9 +222,10 @@ def _persistent(device: int, stream: int, w: Buffer, alloc) -> int:
 
 
 class Plan:
-    """The launches of one call, replayed with the call's pointers (`run`)."""
+    """The launches of one call, replayed with the call's pointers (`run`). The call's workspaces (all but the
+    persistent ones) are one allocation: the zeroed ones first, so that one memset clears them."""
 
-    __slots__ = ("launches", "workspaces", "nbuffers", "device", "single")
+    __slots__ = ("launches", "workspaces", "nbuffers", "device", "single", "arena", "zeroed", "offsets")
 
     def __init__(self, launches, workspaces, nbuffers: int, device: int):
         self.launches = tuple(launches)
@@ -234,6 +235,17 @@ class Plan:
         for launch in self.launches:  # a launch may pack the call's pointers as they come
             launch.identity = launch.pointer_indices == tuple(range(nbuffers + len(self.workspaces)))
         self.single = self.launches[0] if len(self.launches) == 1 and not self.workspaces else None
+        offsets, size = {}, 0
+        for zero in (True, False):
+            for i, w in enumerate(self.workspaces):
+                if not w.persistent and w.zero == zero:
+                    offsets[i] = size
+                    size += -(-w.nbytes // 256) * 256  # each 256-byte aligned, as Buffer promises
+            if zero:
+                self.zeroed = size
+        self.arena = size
+        # per workspace: its offset in the arena, or its Buffer where persistent
+        self.offsets = tuple(offsets.get(i, w) for i, w in enumerate(self.workspaces))
 
     def run(self, pointers, stream: int, alloc=None):
         """Launch on `stream` with `pointers` (ints, one per Buffer of the builder, in order). alloc(nbytes) ->
@@ -253,18 +265,17 @@ class Plan:
             return self._run(pointers, stream, alloc)
 
     def _run(self, pointers, stream, alloc):
-        owners = []
+        owners = ()
         if self.workspaces:
             pointers = list(pointers)
-            for w in self.workspaces:
-                if w.persistent:
-                    pointers.append(_persistent(self.device, stream, w, alloc))
-                    continue
-                ptr, owner = alloc(w.nbytes)
-                owners.append(owner)
-                pointers.append(ptr)
-                if w.zero:
-                    driver.memset_zero(ptr, w.nbytes, stream)
+            base = 0
+            if self.arena:
+                base, owner = alloc(self.arena)
+                owners = (owner,)
+                if self.zeroed:
+                    driver.memset_zero(base, self.zeroed, stream)
+            for off in self.offsets:
+                pointers.append(base + off if type(off) is int else _persistent(self.device, stream, off, alloc))
         for launch in self.launches:
             launch(pointers, stream)
         return owners

@@ -731,7 +731,7 @@ def _array_key(kind, a):
     if a is None:
         return None
     try:
-        return a.dtype, tuple(a.shape), kind.strides(a), kind.ptr(a) & 15, kind.device(a)
+        return kind.key(a)
     except Exception:  # not an array of this kind: _check_* raises
         return ("unusable", id(a))
 
@@ -814,8 +814,7 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
         with kind.on_device(device):
             return norm_forward_impl(x, weight, bias, eps, mode, inplace, save_stats)
     ptr = kind.ptr(x)
-    key = (op, save_stats, x.dtype, x.shape, kind.strides(x), ptr & 15, eps, device, _array_key(kind, weight),
-           _array_key(kind, bias))
+    key = (op, save_stats, kind.key(x), eps, _array_key(kind, weight), _array_key(kind, bias))
     e = PLANS.get(key)
     if e is None:
         e = PLANS.put(key, _build_forward(kind, op, x, weight, bias, eps, mode, inplace, save_stats, device))
@@ -902,9 +901,8 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
     if kind.current_device() != device:
         with kind.on_device(device):
             return norm_backward_impl(dy, src, weight, bias, mean, rstd, mode, from_output, need_dw, need_db)
-    key = (op, bool(from_output), bool(need_dw), bool(need_db), dy.dtype, dy.shape, kind.strides(dy),
-           kind.ptr(dy) & 15, device, _array_key(kind, src), _array_key(kind, weight), _array_key(kind, bias),
-           _array_key(kind, mean), _array_key(kind, rstd))
+    key = (op, bool(from_output), bool(need_dw), bool(need_db), kind.key(dy), _array_key(kind, src),
+           _array_key(kind, weight), _array_key(kind, bias), _array_key(kind, mean), _array_key(kind, rstd))
     e = PLANS.get(key)
     if e is None:
         e = PLANS.put(key, _build_backward(kind, op, dy, src, weight, bias, mean, rstd, mode, from_output, need_dw,
@@ -914,8 +912,8 @@ def norm_backward_impl(dy, src, weight=None, bias=None, mean=None, rstd=None, mo
     if e.copy_src:
         src = kind.as_contiguous(src)
     dx = kind.empty_like(src)
-    dw = kind.empty((e.n,), e.dtype, device) if e.want_w else None
-    db = kind.empty((e.n,), e.dtype, device) if e.want_b else None
+    dw = kind.empty_like(weight) if e.want_w else None  # (n,), contiguous, dy's dtype: as checked
+    db = kind.empty_like(bias) if e.want_b else None
     if e.plan is not None:
         e.plan.run((kind.ptr(src), kind.ptr(dy), kind.ptr(dx), 0 if weight is None else kind.ptr(weight),
                     0 if bias is None else kind.ptr(bias), kind.ptr(mean) if e.want_mean else 0, kind.ptr(rstd),

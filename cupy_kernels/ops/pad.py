@@ -541,7 +541,12 @@ def spec_for(x, pad_width, mode="constant", constant_values=0, stagger=0) -> Spe
     kind_of(x, "pad")  # a CUDA tensor or a CuPy array, else the TypeError naming x
     dt = checked_dtype(x, "pad", "x", DTYPES)
     try:
-        key = (tuple(x.shape), dt, _freeze(pad_width), _freeze(mode), _freeze(constant_values), _freeze(stagger))
+        # ((before, after), ...) of exact ints, the common form, is its own key: no _freeze key equals it (those of
+        # containers start with their type)
+        widths = pad_width if type(pad_width) is tuple and all(
+            type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int for p in pad_width) \
+            else _freeze(pad_width)
+        key = (tuple(x.shape), dt, widths, _freeze(mode), _freeze(constant_values), _freeze(stagger))
     except TypeError:
         key = None
     spec = _SPECS.get(key) if key is not None else None

@@ -223,14 +223,15 @@ def reduce_impl(op, x, axis=None, keepdims=False, out=None):
     """`op` ('sum', 'mean', 'max', 'min') of a CuPy array or a CUDA tensor over `axis`, NumPy-style (no
     autograd): one launch plan per (dtype, shape, strides, axis, alignment, device), replayed."""
     kind = kind_of(x, op)
-    device = kind.device(x)
+    x_key = kind.key(x)  # (dtype, shape, strides, alignment, device)
+    device = x_key[4]
     stream = kind.stream_on(device)
     if stream is None:  # another device is current: run on the input's
         with kind.on_device(device):
             return reduce_impl(op, x, axis, keepdims, out)
     ptr = kind.ptr(x)
-    key = (op, x.dtype, x.shape, kind.strides(x), axis if axis is None or type(axis) is int else
-           tuple(axis) if type(axis) in (tuple, list) else ("axis", axis), keepdims, ptr & 15, device)
+    key = (op, x_key, axis if axis is None or type(axis) is int else
+           tuple(axis) if type(axis) in (tuple, list) else ("axis", axis), keepdims)
     e = PLANS.get(key)
     if e is None:
         e = PLANS.build(key, device, _plan, op, kind, x, axis, keepdims, device)

@@ -357,20 +357,20 @@ def _run(op, direction, mode, variant, arrays, axis):
         raise ValueError(f"{op}: variant must be one of {VARIANTS}; got {variant!r}")
     first = arrays[0]
     kind = kind_of(first, op, "y" if direction == "bwd" else "x")
-    device = kind.device(first)
+    first_key = kind.key(first)  # (dtype, shape, strides, alignment, device)
+    device = first_key[4]
     stream = kind.stream_on(device)
     if stream is None:  # another device is current: run on the input's
         with kind.on_device(device):
             return _run(op, direction, mode, variant, arrays, axis)
     ptr = kind.ptr(first)
     if len(arrays) == 1:
-        key = (direction, mode, variant, first.dtype, first.shape, kind.strides(first), axis, ptr & 15, device)
+        key = (direction, mode, variant, axis, first_key)
     else:
         dy = arrays[1]
         if type(dy) is not type(first):  # (a kind check the key needs before it reads dy)
             check_like(kind, dy, op, "dy", device)
-        key = (direction, mode, variant, first.dtype, first.shape, kind.strides(first), axis, ptr & 15, device,
-               dy.dtype, dy.shape, kind.strides(dy), kind.ptr(dy) & 15, kind.device(dy))
+        key = (direction, mode, variant, axis, first_key, kind.key(dy))
     e = PLANS.get(key)
     if e is None:
         e = PLANS.build(key, device, _build, kind, direction, mode, variant, arrays, axis, device, op)
