@@ -12,18 +12,19 @@ from .ops import square_matmul as _sqmm
 from .ops import timex as _timex
 
 _torch_ops = None
+_PLAIN: tuple = ()  # torch.Tensor and nn.Parameter once torch_ops is imported: `type(x) in _PLAIN` is the cheap test
 
 
 def _tensor(x) -> bool:
     """Whether x is a torch tensor (torch_ops then imported): torch is never imported for CuPy callers."""
-    global _torch_ops
+    global _torch_ops, _PLAIN
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(x, torch.Tensor):
         return False
     if _torch_ops is None:
         from . import torch_ops
 
-        _torch_ops = torch_ops
+        _torch_ops, _PLAIN = torch_ops, (torch.Tensor, torch.nn.Parameter)
     return True
 
 
@@ -34,14 +35,14 @@ def sum(x, axis=None, keepdims=False, out=None):
     """Sum over `axis` (None, an int or a tuple; NumPy's rules), in the input dtype (int32 sums widen to
     int64), float32 accumulation for half types. `out`: a C-contiguous array of the result's shape and dtype
     (CuPy arrays). Torch tensors: differentiable."""
-    if out is None and _tensor(x):
+    if out is None and (type(x) in _PLAIN or _tensor(x)):
         return _torch_ops.reduce("sum", x, axis, keepdims)
     return _reduce.reduce_impl("sum", x, axis, keepdims, out)
 
 
 def mean(x, axis=None, keepdims=False, out=None):
     """Mean over `axis` (floating dtypes; NaN over an empty axis, as NumPy)."""
-    if out is None and _tensor(x):
+    if out is None and (type(x) in _PLAIN or _tensor(x)):
         return _torch_ops.reduce("mean", x, axis, keepdims)
     return _reduce.reduce_impl("mean", x, axis, keepdims, out)
 
@@ -49,14 +50,14 @@ def mean(x, axis=None, keepdims=False, out=None):
 def max(x, axis=None, keepdims=False, out=None):
     """Maximum over `axis` (NaN propagates; an empty axis raises, as NumPy). Torch tensors: differentiable,
     the gradient shared evenly by tied maxima (as torch.amax)."""
-    if out is None and _tensor(x):
+    if out is None and (type(x) in _PLAIN or _tensor(x)):
         return _torch_ops.reduce("max", x, axis, keepdims)
     return _reduce.reduce_impl("max", x, axis, keepdims, out)
 
 
 def min(x, axis=None, keepdims=False, out=None):
     """Minimum over `axis` (see max)."""
-    if out is None and _tensor(x):
+    if out is None and (type(x) in _PLAIN or _tensor(x)):
         return _torch_ops.reduce("min", x, axis, keepdims)
     return _reduce.reduce_impl("min", x, axis, keepdims, out)
 
@@ -72,22 +73,22 @@ def sum_ladder(x, rung: str = "vectorized"):
 def softmax(x, axis=-1, dtype=None):
     """exp(x - max) / sum(exp(x - max)) along `axis`, in the input dtype (statistics in float32). dtype: compute
     in (and return) that dtype instead, as torch's softmax(dtype=)."""
-    if _tensor(x):
-        return _torch_ops.softmax(x, axis, dtype)
+    if type(x) in _PLAIN or _tensor(x):
+        return _torch_ops.softmax(x, axis, dtype, False)
     return _softmax.softmax_impl(_softmax.cast_input(x, dtype, "softmax"), axis, "softmax")
 
 
 def log_softmax(x, axis=-1, dtype=None):
     """x - max - log(sum(exp(x - max))) along `axis` (dtype: as softmax)."""
-    if _tensor(x):
-        return _torch_ops.log_softmax(x, axis, dtype)
+    if type(x) in _PLAIN or _tensor(x):
+        return _torch_ops.softmax(x, axis, dtype, True)
     return _softmax.softmax_impl(_softmax.cast_input(x, dtype, "log_softmax"), axis, "log_softmax")
 
 
 def softmax_(x, axis=-1):
     """softmax written into x (C-contiguous, axis last); returns x. Torch tensors keep autograd: the backward
     uses only the output."""
-    if _tensor(x):
+    if type(x) in _PLAIN or _tensor(x):
         return _torch_ops.softmax_(x, axis)
     return _softmax.softmax_inplace_impl(x, axis)
 
@@ -107,29 +108,29 @@ def log_softmax_backward(y, dy, axis=-1):
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension (torch semantics)."""
-    if _tensor(x):
-        return _torch_ops.layer_norm(x, weight, bias, eps)
+    if type(x) in _PLAIN or _tensor(x):
+        return _torch_ops.norm(x, weight, bias, eps, False)
     return _norm.norm_forward_impl(x, weight, bias, eps, "layer_norm", save_stats=False)[0]
 
 
 def rms_norm(x, weight=None, eps=1e-6):
     """x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
-    if _tensor(x):
-        return _torch_ops.rms_norm(x, weight, eps)
+    if type(x) in _PLAIN or _tensor(x):
+        return _torch_ops.norm(x, weight, None, eps, True)
     return _norm.norm_forward_impl(x, weight, None, eps, "rms_norm", save_stats=False)[0]
 
 
 def layer_norm_(x, weight=None, bias=None, eps=1e-5):
     """layer_norm written into x (C-contiguous); returns x. Under torch autograd the backward recomputes the
     normalised input from the output: a weight entry of exactly zero gives NaN gradients in its column."""
-    if _tensor(x):
+    if type(x) in _PLAIN or _tensor(x):
         return _torch_ops.layer_norm_(x, weight, bias, eps)
     return _norm.norm_forward_impl(x, weight, bias, eps, "layer_norm", inplace=True, save_stats=False)[0]
 
 
 def rms_norm_(x, weight=None, eps=1e-6):
     """rms_norm written into x (C-contiguous); returns x (see layer_norm_ for autograd)."""
-    if _tensor(x):
+    if type(x) in _PLAIN or _tensor(x):
         return _torch_ops.rms_norm_(x, weight, eps)
     return _norm.norm_forward_impl(x, weight, None, eps, "rms_norm", inplace=True, save_stats=False)[0]
 
@@ -166,7 +167,7 @@ def timex(w, k, eps: float = 0.0, *, variant: str = "auto"):
     input dtype (float32 accumulation for half types). Torch tensors: differentiable (our backward kernels).
     `variant` picks a rung of the ladder or a kernel family (docs/timex.md)."""
     _timex.check_variant(variant)
-    if _tensor(k):
+    if type(k) in _PLAIN or _tensor(k):
         return _torch_ops.timex(w, k, eps, variant)
     return _timex.timex_impl(w, k, eps, variant)
 
@@ -187,7 +188,7 @@ def pad(x, pad_width, mode="constant", constant_values=0, stagger=0):
     Modes: constant, edge, reflect, symmetric, wrap, and brick (brick-wall tiles: wrap with every other row
     band shifted by `stagger`)."""
     spec = _pad.spec_for(x, pad_width, mode, constant_values, stagger)
-    if _tensor(x):
+    if type(x) in _PLAIN or _tensor(x):
         return _torch_ops.pad(x, spec)
     return _pad.pad_impl(x, spec)
 
@@ -200,7 +201,7 @@ def square_matmul_(a, w, transpose=False):
     shape (n, n), the same dtype (float32, float16, bfloat16; float32 is exact FP32, half types accumulate in
     float32 on the tensor cores). Torch tensors: inference only (an input that requires grad raises while grad
     mode is on)."""
-    if _tensor(a):
+    if type(a) in _PLAIN or _tensor(a):
         return _torch_ops.square_matmul_(a, w, transpose)
     return _sqmm.square_matmul_impl(a, w, transpose)
 
@@ -208,6 +209,6 @@ def square_matmul_(a, w, transpose=False):
 def linear_(x, weight, bias=None):
     """In-place nn.Linear for a square weight: x <- x @ weight.T + bias (weight (n, n), bias (n,) or None);
     returns x."""
-    if _tensor(x):
+    if type(x) in _PLAIN or _tensor(x):
         return _torch_ops.linear_(x, weight, bias)
     return _sqmm.square_matmul_impl(x, weight, True, bias, op="linear_")

@@ -206,7 +206,8 @@ class _Softmax(torch.autograd.Function):
         return _softmax.softmax_backward_impl(y, dy, ctx.dim, _mode(ctx.log)), None, None
 
 
-def _softmax_call(x, axis, dtype, log):
+def softmax(x, axis=-1, dtype=None, log=False):
+    """softmax (log: log_softmax) of a torch tensor along `axis`; dtype: cast to it first (torch's rule)."""
     op = _mode(log)
     if dtype is not None:
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -219,12 +220,6 @@ def _softmax_call(x, axis, dtype, log):
     return _softmax_op(x, _dim(x, axis, op), log)
 
 
-def softmax(x, axis=-1, dtype=None):
-    return _softmax_call(x, axis, dtype, False)
-
-
-def log_softmax(x, axis=-1, dtype=None):
-    return _softmax_call(x, axis, dtype, True)
 
 
 @torch.library.custom_op("cupy_kernels::softmax_inplace", mutates_args=("x",))
@@ -399,7 +394,8 @@ class _NormInplace(torch.autograd.Function):
         return _norm_grads(ctx, dy, y, weight, bias, None, rstd, True)
 
 
-def _norm_call(x, weight, bias, eps, rms):
+def norm(x, weight, bias, eps, rms):
+    """layer_norm (rms: rms_norm, no bias) of a torch tensor over its last dimension."""
     eps = float(eps)
     if untraced(x, weight, bias):
         if _wants_grad(x, weight, bias):
@@ -409,11 +405,11 @@ def _norm_call(x, weight, bias, eps, rms):
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5):
-    return _norm_call(x, weight, bias, eps, False)
+    return norm(x, weight, bias, eps, False)
 
 
 def rms_norm(x, weight=None, eps=1e-6):
-    return _norm_call(x, weight, None, eps, True)
+    return norm(x, weight, None, eps, True)
 
 
 def _norm_inplace(op, x, weight, bias, eps, rms):

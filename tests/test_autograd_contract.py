@@ -559,6 +559,34 @@ def _check_compiled(fn, make):
                 assert torch.allclose(got, ref, rtol=1e-4, atol=1e-5)
 
 
+_TRACED = {  # op -> (call on a CPU tensor x of shape (4, 8), the custom op its graph holds)
+    "softmax": (lambda x: ck.softmax(x), "cupy_kernels.softmax"),
+    "log_softmax dtype=": (lambda x: ck.log_softmax(x, dtype=torch.float64), "cupy_kernels.softmax"),
+    "layer_norm": (lambda x: ck.layer_norm(x, x[0], x[1]), "cupy_kernels.norm"),
+    "rms_norm": (lambda x: ck.rms_norm(x, x[0]), "cupy_kernels.norm"),
+    "sum": (lambda x: ck.sum(x, axis=-1), "cupy_kernels.sum"),
+    "max": (lambda x: ck.max(x, axis=(0, 1)), "cupy_kernels.max"),
+}
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch")
+@pytest.mark.parametrize("op", list(_TRACED))
+def test_dynamo_traces_the_call_path_as_one_graph(op):
+    """The eager call path's tests (tensor types, dispatch modes, compiling) stay traceable: Dynamo takes each op as
+    one graph holding its custom op. No GPU needed: the backend runs nothing, so no kernel is launched."""
+    call, custom_op = _TRACED[op]
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append([str(n.target) for n in gm.graph.nodes if n.op == "call_function"])
+        outputs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+        return lambda *args: [torch.empty(0) for _ in outputs]
+
+    torch._dynamo.reset()
+    torch.compile(call, fullgraph=True, backend=backend)(torch.randn(4, 8))
+    assert len(graphs) == 1 and any(t.startswith(custom_op) for t in graphs[0]), graphs
+
+
 @torch_gpu
 @pytest.mark.parametrize("op", list(_graph_cases()))
 def test_compile_fullgraph_forward_backward(op):

@@ -109,38 +109,41 @@ def memset_zero(ptr: int, nbytes: int, stream: int) -> None:
                                 ctypes.c_void_p(stream)), f"zeroing {nbytes} bytes at 0x{ptr:x}")
 
 
-def launch_kernel(launch, stream: int) -> None:
-    """cuLaunchKernel of a planned launch (launch.py's _Launch) on `stream`. Through cupy_backends' Cython binding
-    where CuPy is loaded already (a fraction of a microsecond), else through ctypes: that binding's first call
-    imports CuPy, a large part of a second a torch caller would pay in its first call."""
-    global launch_kernel
+def launcher(L):
+    """A callable launching the planned launch L (launch.py's _Launch) on a stream: cuLaunchKernel through
+    cupy_backends' Cython binding where CuPy is loaded already (a fraction of a microsecond), else through ctypes
+    (that binding's first call imports CuPy, a large part of a second a torch caller would pay in its first call).
+    Every argument but the stream is bound once."""
     import sys
 
+    fn, (gx, gy, gz), (bx, by, bz), smem = L.fn, L.grid, L.block, L.smem
     if "cupy" in sys.modules:
-        from cupy_backends.cuda.api import driver
+        from cupy_backends.cuda.api.driver import launchKernel
 
-        cython = driver.launchKernel
+        params = L.params_ptr
 
-        def by_cython(L, stream):
-            g, b = L.grid, L.block
-            cython(L.fn, g[0], g[1], g[2], b[0], b[1], b[2], L.smem, stream, L.params_ptr, 0)
+        def by_cython(stream):
+            launchKernel(fn, gx, gy, gz, bx, by, bz, smem, stream, params, 0)
 
-        launch_kernel = by_cython
-    else:
-        c_launch = lib().cuLaunchKernel
-        streams = {}
+        return by_cython
+    c_launch, fn_c, params_c = lib().cuLaunchKernel, L.fn_c, L.params_c
 
-        def by_ctypes(L, stream):
-            s = streams.get(stream)
-            if s is None:
-                if len(streams) > 4096:
-                    streams.clear()
-                s = streams[stream] = ctypes.c_void_p(stream)
-            g, b = L.grid, L.block
-            rc = c_launch(L.fn_c, g[0], g[1], g[2], b[0], b[1], b[2], L.smem, s, L.params_c, None)
-            if rc:
-                raise CudaError(f"launching {L.name} (grid {L.grid}, block {L.block}, {L.smem} bytes of shared "
-                                f"memory) failed: {error_name(rc)}", rc)
+    def by_ctypes(stream):
+        rc = c_launch(fn_c, gx, gy, gz, bx, by, bz, smem, _stream_arg(stream), params_c, None)
+        if rc:
+            raise CudaError(f"launching {L.name} (grid {L.grid}, block {L.block}, {L.smem} bytes of shared "
+                            f"memory) failed: {error_name(rc)}", rc)
 
-        launch_kernel = by_ctypes
-    launch_kernel(launch, stream)
+    return by_ctypes
+
+
+_streams: dict = {}  # stream handle -> its ctypes argument
+
+
+def _stream_arg(stream: int):
+    s = _streams.get(stream)
+    if s is None:
+        if len(_streams) > 4096:
+            _streams.clear()
+        s = _streams[stream] = ctypes.c_void_p(stream)
+    return s

@@ -183,6 +183,7 @@ class _Launch:
         self.config = None
         if cluster > 1 or after_previous:
             self.config = launch_config(grid, block, smem, 0, cluster, after_previous)
+        self.go = None  # (stream) -> None, bound at the first launch (driver.launcher)
 
     def __call__(self, pointers, stream: int) -> None:
         with self.lock:  # the parameter block is shared: the driver copies it during the call
@@ -193,14 +194,25 @@ class _Launch:
             for off, d in self.deferred:
                 raw = d.fn(*[pointers[j] for j in d.indices])
                 self._blob[off:off + len(raw)] = raw
-            if self.config is None:
-                driver.launch_kernel(self, stream)
-                return
-            cfg = self.config[0]
+            (self.go or self._bind())(stream)
+
+    def _bind(self):
+        if self.config is None:
+            self.go = driver.launcher(self)
+            return self.go
+        cfg = self.config[0]
+        launch_ex, args = driver.lib().cuLaunchKernelEx, (ctypes.byref(cfg), ctypes.c_void_p(self.fn), self.params, None)
+        what = (f"launching {self.name} (grid {self.grid}, block {self.block}, {self.smem} bytes of shared memory, "
+                f"clusters or a programmatic dependency)")
+
+        def go(stream):
             cfg.hStream = stream
-            rc = driver.lib().cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(self.fn), self.params, None)
-        driver.check(rc, f"launching {self.name} (grid {self.grid}, block {self.block}, {self.smem} bytes of shared "
-                         f"memory, clusters or a programmatic dependency)")
+            rc = launch_ex(*args)
+            if rc:
+                driver.check(rc, what)
+
+        self.go = go
+        return go
 
 
 _persistents: dict = {}  # (device, stream, name) -> (nbytes, pointer, owner)
