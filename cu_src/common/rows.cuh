@@ -774,13 +774,25 @@ struct RowTile {
     count = nrows * n;
   }
 };
-// The block's copies of a tile in (cp.async; the matrix's last pack zero-filled past its end), committed; the caller
-// waits (cp_async_wait<0>, __syncthreads) before reading.
+// The block's copies of a tile in (cp.async), committed; the caller waits (cp_async_wait<0>, __syncthreads) before
+// reading. The matrix's last part pack goes element by element, the rest of its slot zero: a partial cp.async reads
+// only its bytes, but compute-sanitizer's initcheck counts all 16 as read.
 template <typename T>
 __device__ __forceinline__ void tile_in(int4* slots, const T* src, const RowTile& t) {
   constexpr int V = Vec16<T>::N;
-  for (int q = threadIdx.x; q * V < t.count; q += blockDim.x)
-    cp_async16_part(slots + q, src + t.base + (long long)q * V, min(V, t.count - q * V) * (int)sizeof(T));
+  for (int q = threadIdx.x; q * V < t.count; q += blockDim.x) {
+    const T* const p = src + t.base + (long long)q * V;
+    const int left = t.count - q * V;
+    if (left >= V) {
+      cp_async16(slots + q, p);
+    } else {
+      slots[q] = make_int4(0, 0, 0, 0);
+      T* const s = reinterpret_cast<T*>(slots + q);
+#pragma unroll
+      for (int i = 0; i < V - 1; ++i)
+        if (i < left) s[i] = p[i];
+    }
+  }
 }
 // The tile back to global memory: 16-byte stores (__stwb: NVVM splits plain pack stores), the last part pack
 // element by element. After a __syncthreads that follows the tile's last write.
