@@ -459,3 +459,15 @@ def test_run_writes_row_suites_and_survives_a_broken_one(tmp_path, monkeypatch, 
     assert [r["suite"] for r in data["rows"]] == ["softmax"] * 4 + ["host"] * 3 + ["first_call"]
     assert data["copy_TBps"] == 3.0 and data["quick"] is True and data["runs"]["host"]["quick"] is True
     assert "## host: per-call time" in (tmp_path / "Fake_GPU.md").read_text()
+
+
+def test_a_busy_host_is_named_in_the_output_and_the_run(monkeypatch, capsys):
+    monkeypatch.setattr(report, "load_average", lambda: 64.0)
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    host.warn_if_busy("host")
+    assert "load average is 64.0 on 16 cores" in capsys.readouterr().out
+    monkeypatch.setattr(report, "load_average", lambda: 0.5)
+    host.warn_if_busy("host")
+    assert capsys.readouterr().out == ""
+    meta = report.metadata("cpu")
+    assert meta["load_average"] == 0.5 and "load_average" in report.RUN_KEYS

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import liger, row_suite
+from .host import warn_if_busy
 
 OPS = ("sum", "softmax", "log_softmax", "layer_norm", "rms_norm", "timex", "pad", "square_matmul_")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -153,6 +154,7 @@ def first_call_suite(quick: bool):
     jobs = max(1, int(os.environ.get("CUPY_KERNELS_FIRST_CALL_JOBS", "1")))
     timeout_s = float(os.environ.get("CUPY_KERNELS_FIRST_CALL_TIMEOUT", "300"))
     chains = plan(quick, liger.functions() is not None)  # (installed and importing)
+    warn_if_busy("first_call")
     if jobs == 1:
         for c in chains:
             yield from chain(*c, timeout_s)

@@ -373,6 +373,18 @@ FAMILIES = [Family("row ops", "forward", _row_forward), Family("timex / square_m
             Family("nn modules", "module", _modules)]
 
 
+def warn_if_busy(suite: str) -> None:
+    """Say so when other processes keep more than a quarter of the cores busy: host times then measure them too."""
+    import os
+
+    from .report import load_average
+
+    load, cores = load_average(), os.cpu_count() or 1
+    if load is not None and load > max(1.0, cores / 4):
+        print(f"  {suite}: warning: the host's load average is {load} on {cores} cores; other processes inflate "
+              f"these times", flush=True)
+
+
 def run_cases(cases, sync, repeats, target_s, no_grad_context=None):
     """Measure each case; yield its rows (one per impl, in the case's order)."""
     for case in cases:
@@ -389,6 +401,7 @@ def host_suite(quick: bool):
     import torch
 
     repeats, target_s = (5, TARGET_ROW_S / 2) if quick else (7, TARGET_ROW_S)
+    warn_if_busy("host")
     inputs = SmallInputs()
     for family in FAMILIES:
         try:

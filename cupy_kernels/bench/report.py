@@ -52,12 +52,23 @@ def versions() -> dict:
     return out
 
 
+def load_average():
+    """The host's 1-minute load average at the run's start (None where the OS has none): other processes inflate
+    per-call and first-call times, so a run keeps it beside its rows."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def metadata(device: str, copy_bw=None, quick=False) -> dict:
     return dict(device=device, date=datetime.datetime.now().isoformat(timespec="seconds"), commit=_commit(),
-                copy_TBps=None if copy_bw is None else copy_bw / 1e12, quick=quick, **versions())
+                copy_TBps=None if copy_bw is None else copy_bw / 1e12, quick=quick, load_average=load_average(),
+                **versions())
 
 
-RUN_KEYS = ("commit", "date", "quick", "python", "cupy", "torch", "liger", "cuda_runtime", "cuda_driver")
+RUN_KEYS = ("commit", "date", "quick", "load_average", "python", "cupy", "torch", "liger", "cuda_runtime",
+            "cuda_driver")
 
 
 def _result(meta: dict, rows: list, suites) -> dict:
