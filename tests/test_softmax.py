@@ -171,14 +171,15 @@ def test_numpy_input_is_rejected():
 
 def test_every_launch_matches_its_kernel_signature(monkeypatch):
     """Every softmax.cu instance is planned by some call (every dtype, direction, mode, length class, alignment,
-    variant, and the tuning switches that reach the other forms), and each planned launch passes as many arguments
-    as its kernel has parameters, each of the parameter's type: `mode` MODES[mode] (per-mode instances: their own),
-    `rows` the call's. A mismatch would otherwise show only on a GPU, as garbage or a fault."""
+    variant, and the tuning switches that reach the other forms), every form of choose_rows is taken, and each
+    planned launch passes as many arguments as its kernel has parameters, each of the parameter's type: `mode`
+    MODES[mode] (per-mode instances: their own), `rows` the call's. A mismatch would otherwise show only on a GPU, as
+    garbage or a fault."""
     tunings = [({}, {}), ({"pipelined_fwd": False, "pipelined_bwd": False}, {"wide_bwd": False}),
                ({}, {"stage_fwd_two_ahead": False, "small_rows_max_n": 1, "tiled_lanes": 2}),
                ({}, {"tiled_max_n": 0, "stage_short_fwd_groups": (), "stage_short_bwd_groups": (), "tiled_lanes": 4})]
     calls = [(3000, 0, "auto"), (10 ** 5, 0, "auto"), (3000, 1, "auto")] + [(300, 0, v) for v in S.VARIANTS[1:]]
-    planned, launched = set(), []
+    planned, launched, forms = set(), [], set()
     monkeypatch.setattr(Recorder, "calls", launched)
     for (rw_tuning, tuning), dtype, kind, mode in itertools.product(tunings, ALL, ("fwd", "bwd"), S.MODES):
         V = rw.vec(dtype)
@@ -193,6 +194,7 @@ def test_every_launch_matches_its_kernel_signature(monkeypatch):
                 launched.clear()
                 b = Recorder(0, aligns)
                 *srcs, out = b.buffers
+                forms.add(S.choose_rows(kind, mode, dtype, tuple(srcs), out, rows, n, variant).form)
                 S.plan_rows(b, kind, mode, dtype, tuple(srcs), out, rows, n, variant)
                 for kernel, args, _ in launched:
                     name = kernel.name
@@ -204,6 +206,8 @@ def test_every_launch_matches_its_kernel_signature(monkeypatch):
                     assert fixed in ([], [mode]), case
                     planned.add(name)
     assert planned == set(S.SOURCE.names), (set(S.SOURCE.names) - planned, planned - set(S.SOURCE.names))
+    assert forms == {"small", "tiled", "pipelined", "rows", "group", "staged_fwd", "staged_short_bwd", "staged_bwd",
+                     "wide_bwd"}, forms
 
 
 # ---- GPU ---------------------------------------------------------------------------------------

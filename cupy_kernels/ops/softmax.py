@@ -232,14 +232,27 @@ def _plan_tiled(b, kind, mode, dtype, srcs, out, rows, n):
              (a, g, out, np.int32(MODES[mode]), np.int64(rows), np.int32(n), np.int32(k)), shared_mem=smem)
 
 
-def plan_rows(b: PlanBuilder, kind: str, mode: str, dtype: str, srcs, out, rows: int, n: int, variant: str = "auto"):
-    """Record the launches of softmax ("fwd": srcs (x,)) or its backward ("bwd": srcs (y, dy)) over (rows, n) rows,
-    out the result (Buffers of `b`); returns the row plan (rw.Plan) where one applies."""
+@dataclass(frozen=True)
+class RowsChoice:
+    """The kernel family that a call's rows take, and its launch: "small" (_plan_small_rows) and "tiled" (_plan_tiled)
+    plan their own; "pipelined" runs blocks of parts (rw.plan_pipelined); the row kernels ("rows", "group": compiled
+    for a sub-warp group, "staged_fwd", "staged_short_bwd", "staged_bwd": a resident grid, "wide_bwd": a half
+    backward's two-tile rows) launch once a phase (rw.phases). kernel, plan (rw.Plan), smem, al: that launch's."""
+    form: str
+    kernel: object = None
+    plan: object = None
+    smem: int = 0
+    al: int = 0
+
+
+def choose_rows(kind: str, mode: str, dtype: str, srcs, out, rows: int, n: int, variant: str = "auto") -> RowsChoice:
+    """The form of softmax ("fwd": srcs (x,)) or its backward ("bwd": srcs (y, dy)) over (rows, n) rows, out the
+    result (Buffers, for their alignment)."""
     T = TUNING
     if variant == "auto" and small_rows(n, dtype):
-        return _plan_small_rows(b, kind, mode, dtype, srcs, out, rows, n)
+        return RowsChoice("small")
     if rw.tiled_rows(T.tiled_max_n, n, rw.row_aligned(n, dtype, *srcs, out), variant, *srcs, out):
-        return _plan_tiled(b, kind, mode, dtype, srcs, out, rows, n)
+        return RowsChoice("tiled")
     long_rows = "exchange" if variant == "counter" else variant if variant in ("split", "exchange") else None
     args = dict(force=variant if variant == "block" else None, long_rows=long_rows)
     al = 0 if variant == "scalar" else rw.row_aligned(n, dtype, *srcs, out)
@@ -248,9 +261,7 @@ def plan_rows(b: PlanBuilder, kind: str, mode: str, dtype: str, srcs, out, rows:
     maxp = rw.fwd_maxp(dtype) if kind == "fwd" else rw.maxp(dtype)
     parts_packs = SHIFTED_PARTS_PACKS if shift else rw.TUNING.parts_packs_softmax  # the pipelined forward's
     sms = current().sm_count
-    mode_arg = np.int32(MODES[mode])  # every launch's argument after the arrays
-    name = _name(kind, dtype, shift=shift, mode=mode)
-    kernel = SOURCE.kernel(name)
+    kernel = SOURCE.kernel(_name(kind, dtype, shift=shift, mode=mode))
     p = rw.plan(rows, plan_n, dtype, maxp, threads_of(kind, dtype, plan_n), sms, occupancy=rw.occupancy(kernel), **args)
     stage = kind == "fwd" and T.stage_fwd and rw.stage_fwd(p, dtype, al, T.stage_fwd_min_threads, T.stage_fwd_two_ahead)
     stage = stage or int(kind == "fwd" and rw.stage_short(T.stage_short_fwd_groups, T.stage_short_dtypes, p, dtype, al,
@@ -264,41 +275,56 @@ def plan_rows(b: PlanBuilder, kind: str, mode: str, dtype: str, srcs, out, rows:
         name = _name(kind, dtype, stage=True, wide=True, mode=mode)
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, 2 * maxp, 1024, tensors=2, **args)
-    elif variant == "auto" and (pp := rw.pipelined_plan(SOURCE, _parts_name(dtype, kind, parts_packs, shift),
-                                                        rows, plan_n, dtype, al or shift,
-                                                        parts_packs if kind == "fwd" else maxp, p.threads, len(srcs))):
+        return RowsChoice("wide_bwd", kernel, p, smem, al)
+    if variant == "auto" and (pp := rw.pipelined_plan(SOURCE, _parts_name(dtype, kind, parts_packs, shift), rows,
+                                                      plan_n, dtype, al or shift,
+                                                      parts_packs if kind == "fwd" else maxp, p.threads, len(srcs))):
         kernel, p, smem = pp
-        rw.plan_pipelined(b, SOURCE, kernel, p, (*srcs, out, mode_arg, np.int64(rows), np.int64(n),
-                                                  np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts)),
-                          smem, k=2 if kind == "fwd" else 1)
-        return p
-    elif kind == "bwd" and g and rw.stage_short(T.stage_short_bwd_groups, T.stage_short_dtypes, p, dtype, al, variant):
+        return RowsChoice("pipelined", kernel, p, smem, al)
+    if kind == "bwd" and g and rw.stage_short(T.stage_short_bwd_groups, T.stage_short_dtypes, p, dtype, al, variant):
         name = _name(kind, dtype, stage=True, group=g, mode=mode)
         p, smem = rw.staged_plan(SOURCE.kernel(name), name, rows, n, dtype, maxp, BWD_THREADS, tensors=2, **args)
-        kernel = SOURCE.kernel(name, smem)
-    elif kind == "bwd" and staged_bwd(p, dtype, al, rows, n, sms):
+        return RowsChoice("staged_short_bwd", SOURCE.kernel(name, smem), p, smem, al)
+    if kind == "bwd" and staged_bwd(p, dtype, al, rows, n, sms):
         # a resident grid that loops over rows, so each block has a next row to stage
-        name = _name(kind, dtype, stage=True, group=g, mode=mode)
-        kernel = SOURCE.kernel(name)
+        kernel = SOURCE.kernel(_name(kind, dtype, stage=True, group=g, mode=mode))
         p = rw.plan(rows, n, dtype, maxp, threads_of(kind, dtype, n), sms, persistent=True,
                     occupancy=rw.occupancy(kernel, lambda t: stage_bytes(dtype, t)), **args)
-        smem = stage_bytes(dtype, p.threads)
-    elif stage:  # forward rows staged one or two rows ahead
+        return RowsChoice("staged_bwd", kernel, p, stage_bytes(dtype, p.threads), al)
+    if stage:  # forward rows staged one or two rows ahead
         name = _name(kind, dtype, stage=stage, group=g, mode=mode)
         kernel = SOURCE.kernel(name)
         p, smem = rw.staged_plan(kernel, name, rows, n, dtype, maxp, threads_of(kind, dtype, n), tensors=stage, **args)
         if rw.full_rows(p, dtype, maxp, g, stage):  # the same launch bounds: the plan stands
             kernel = SOURCE.kernel(_name(kind, dtype, stage=stage, group=g, full=True, mode=mode), smem)
-    elif g:
+        return RowsChoice("staged_fwd", kernel, p, smem, al)
+    if g:
         full = kind == "fwd" and rw.full_rows(p, dtype, maxp, g, 0)
-        kernel = SOURCE.kernel(_name(kind, dtype, group=g, full=full, mode=mode))
+        return RowsChoice("group", SOURCE.kernel(_name(kind, dtype, group=g, full=full, mode=mode)), p, smem, al)
+    return RowsChoice("rows", kernel, p, smem, al)
+
+
+def plan_rows(b: PlanBuilder, kind: str, mode: str, dtype: str, srcs, out, rows: int, n: int, variant: str = "auto"):
+    """Record the launches of choose_rows' form for these rows (srcs, out: Buffers of `b`); returns the row plan
+    (rw.Plan) where one applies."""
+    c = choose_rows(kind, mode, dtype, srcs, out, rows, n, variant)
+    if c.form == "small":
+        return _plan_small_rows(b, kind, mode, dtype, srcs, out, rows, n)
+    if c.form == "tiled":
+        return _plan_tiled(b, kind, mode, dtype, srcs, out, rows, n)
+    p, mode_arg = c.plan, np.int32(MODES[mode])  # every launch's argument after the arrays
+    if c.form == "pipelined":
+        rw.plan_pipelined(b, SOURCE, c.kernel, p, (*srcs, out, mode_arg, np.int64(rows), np.int64(n),
+                                                    np.int64(p.chunk), np.int32(p.packs), np.int32(p.parts)),
+                          c.smem, k=2 if kind == "fwd" else 1)
+        return p
     counter = variant == "counter"
     sync, slots = rw.exchange_buffers(b, p, dtype, counter=counter)
     for phase in rw.phases(p, counter):
-        b.launch(kernel, p.grid, p.threads,
+        b.launch(c.kernel, p.grid, p.threads,
                  (*srcs, out, mode_arg, np.int64(rows), np.int64(n), np.int64(p.chunk), np.int32(p.group),
-                  np.int32(p.packs), np.int32(p.parts), np.int32(al), np.int32(phase), rw.ptr(sync), rw.ptr(slots)),
-                 shared_mem=smem)
+                  np.int32(p.packs), np.int32(p.parts), np.int32(c.al), np.int32(phase), rw.ptr(sync), rw.ptr(slots)),
+                 shared_mem=c.smem)
     return p
 
 
