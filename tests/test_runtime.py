@@ -51,6 +51,41 @@ def test_pointers_in_call_order_pack_directly():
     assert param_bytes(launch, 2, 8) == struct.pack("<q", 3)
 
 
+def test_a_calls_workspaces_are_one_allocation_zeroed_ones_first(monkeypatch):
+    """A plan's workspaces come from one allocation a call, each at a 256-byte offset, the zeroed ones first under
+    one memset; a persistent workspace is made once per (device, stream, name) and kept."""
+    from cupy_kernels._runtime import driver
+    from cupy_kernels._runtime import launch as L
+
+    class Seen:  # a launch that records the pointers it gets
+        pointer_indices, calls = (), []
+
+        def __call__(self, pointers, stream):
+            self.calls.append(list(pointers))
+
+    memsets, allocs = [], []
+    monkeypatch.setattr(driver, "memset_zero", lambda ptr, nbytes, stream: memsets.append((ptr, nbytes, stream)))
+
+    def alloc(nbytes):
+        allocs.append(nbytes)
+        return 0x10000 * len(allocs), f"owner {len(allocs)}"
+
+    name = "test_runtime.persistent"
+    works = [Buffer(2, 256, 100), Buffer(3, 256, 300, zero=True), Buffer(4, 256, 40, persistent=name),
+             Buffer(5, 256, 1, zero=True)]
+    seen = Seen()
+    plan = L.Plan([seen], works, 2, 0)
+    try:
+        owners = plan.run((0xA00, 0xB00), 7, alloc)
+        assert allocs == [1024, 40] and owners == ("owner 1",)  # 300 + 1 zeroed -> 512 + 256, then 100 -> 256
+        assert memsets == [(0x10000, 768, 7)]
+        assert seen.calls == [[0xA00, 0xB00, 0x10000 + 768, 0x10000, 0x20000, 0x10000 + 512]]
+        plan.run((0xA00, 0xB00), 7, alloc)  # the persistent one is kept
+        assert allocs == [1024, 40, 1024] and seen.calls[-1][4] == 0x20000
+    finally:
+        L._persistents.pop((0, 7, name), None)
+
+
 def test_alignment():
     assert alignment(0) == 256 and alignment(4096) == 256 and alignment(0x1008) == 8 and alignment(0x1030) == 16
 
