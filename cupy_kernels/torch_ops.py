@@ -69,22 +69,6 @@ def _reduce_meta(op, x, dims, keepdim):
     return x.new_empty(shape, dtype=dtype)
 
 
-def _reduce_grad(op, shape, x, y, grad, dims, keepdim):
-    """d(op)/dx for an input of `shape`: the output gradient broadcast over the reduced axes; mean divides by the
-    count; max / min (x and the result y given) share it evenly among the elements equal to the result (torch.amax's
-    rule)."""
-    axes = _reduce_axes(len(shape), dims)
-    kept = _reduce.output_shape(shape, axes, True)
-    g = grad.reshape(kept)
-    if op == "sum":
-        return g.expand(shape)
-    if op == "mean":
-        return g.expand(shape) / math.prod(shape[a] for a in axes)
-    hit = x == y.reshape(kept)
-    count = hit.sum(dim=axes, keepdim=True) if axes else hit.to(torch.int64)
-    return torch.where(hit, g / count, torch.zeros((), dtype=g.dtype, device=g.device))
-
-
 class _Reduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, op, dims, keepdim):
@@ -98,14 +82,27 @@ class _Reduce(torch.autograd.Function):
 
 
 def _reduce_setup(ctx, op, x, y, dims, keepdim):
-    ctx.op, ctx.shape, ctx.dims, ctx.keepdim = op, tuple(x.shape), dims, keepdim
+    """What the backward needs, worked out here (the backward's Python runs on autograd's device thread, slower):
+    the input's shape, the reduced axes and the result's shape with them kept."""
+    shape = tuple(x.shape)
+    ctx.op, ctx.shape, ctx.axes = op, shape, _reduce_axes(len(shape), dims)
+    ctx.kept = _reduce.output_shape(shape, ctx.axes, True)
     if op in ("max", "min"):
-        ctx.save_for_backward(x, y)  # sum and mean need only the shape
+        ctx.save_for_backward(x, y)  # sum and mean need only the shapes
 
 
 def _reduce_backward(ctx, grad):
-    x, y = ctx.saved_tensors if ctx.op in ("max", "min") else (None, None)
-    return _reduce_grad(ctx.op, ctx.shape, x, y, grad, ctx.dims, ctx.keepdim)
+    """d(op)/dx: the output gradient broadcast over the reduced axes; mean divides by the count; max / min share it
+    evenly among the elements equal to the result (torch.amax's rule)."""
+    g = grad.reshape(ctx.kept)
+    if ctx.op == "sum":
+        return g.expand(ctx.shape)
+    if ctx.op == "mean":
+        return g.expand(ctx.shape) / math.prod(ctx.shape[a] for a in ctx.axes)
+    x, y = ctx.saved_tensors
+    hit = x == y.reshape(ctx.kept)
+    count = hit.sum(dim=ctx.axes, keepdim=True) if ctx.axes else hit.to(torch.int64)
+    return torch.where(hit, g / count, torch.zeros((), dtype=g.dtype, device=g.device))
 
 
 def _register_reduce(op):

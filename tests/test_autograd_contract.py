@@ -559,6 +559,32 @@ def _check_compiled(fn, make):
                 assert torch.allclose(got, ref, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.skipif(torch is None, reason="needs torch")
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+def test_reduction_gradient_rule_matches_torch(op):
+    """The reductions' backward (what _reduce_setup keeps, what _reduce_backward computes from it) against torch's
+    autograd on CPU float64 tensors: every axis choice, with and without keepdims, ties and a 0-d input included."""
+    import types
+
+    from cupy_kernels import torch_ops as T
+
+    x0 = torch.randn(3, 4, 5, dtype=torch.float64)
+    x0[1, 2, :3] = x0[1, 2].max() if op == "max" else x0[1, 2].min()  # ties share the gradient
+    torch_op = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}[op]
+    scalar = torch.tensor(2.5, dtype=torch.float64)
+    for x, dims in [(x0, None), (x0, 1), (x0, -1), (x0, (0, 2)), (x0, [2, 0, 1]), (scalar, None)]:
+        for keepdim in (False, True):
+            leaf = x.clone().requires_grad_()
+            axes = T._reduce_axes(x.dim(), dims)
+            want_y = torch_op(leaf, dim=axes, keepdim=keepdim) if axes else torch_op(leaf)
+            g = torch.randn_like(want_y)
+            (want,) = torch.autograd.grad(want_y, leaf, g)
+            ctx = types.SimpleNamespace(save_for_backward=lambda *t: setattr(ctx, "saved_tensors", t))
+            T._reduce_setup(ctx, op, x, want_y.detach(), dims, keepdim)
+            got = T._reduce_backward(ctx, g)
+            assert got.shape == x.shape and torch.allclose(got, want, rtol=1e-12, atol=1e-12), (op, dims, keepdim)
+
+
 _TRACED = {  # op -> (call on a CPU tensor x of shape (4, 8), the custom op its graph holds)
     "softmax": (lambda x: ck.softmax(x), "cupy_kernels.softmax"),
     "log_softmax dtype=": (lambda x: ck.log_softmax(x, dtype=torch.float64), "cupy_kernels.softmax"),

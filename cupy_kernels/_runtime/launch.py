@@ -201,7 +201,8 @@ class _Launch:
             self.go = driver.launcher(self)
             return self.go
         cfg = self.config[0]
-        launch_ex, args = driver.lib().cuLaunchKernelEx, (ctypes.byref(cfg), ctypes.c_void_p(self.fn), self.params, None)
+        launch_ex = driver.lib().cuLaunchKernelEx
+        args = (ctypes.byref(cfg), ctypes.c_void_p(self.fn), self.params, None)
         what = (f"launching {self.name} (grid {self.grid}, block {self.block}, {self.smem} bytes of shared memory, "
                 f"clusters or a programmatic dependency)")
 
