@@ -86,6 +86,60 @@ def test_a_calls_workspaces_are_one_allocation_zeroed_ones_first(monkeypatch):
         L._persistents.pop((0, 7, name), None)
 
 
+def test_each_launch_binds_its_driver_call(monkeypatch):
+    """A launch's driver call gets the function, grid, block, shared memory, the call's stream and the parameter
+    block, by either binding (CuPy's Cython where CuPy is loaded, else ctypes), and cuLaunchKernelEx its config with
+    the stream set; the pointers are packed first."""
+    import sys
+    import types
+
+    from cupy_backends.cuda.api import driver as cy
+
+    from cupy_kernels._runtime import driver
+
+    calls = []
+
+    class Lib:
+        def cuLaunchKernel(self, *args):
+            calls.append(("ctypes",) + args)
+            return 0
+
+        def cuLaunchKernelEx(self, cfg, fn, params, extra):
+            calls.append(("ex", cfg._obj.hStream, cfg._obj.gridDimX, cfg._obj.blockDimX, fn.value, params, extra))
+            return 0
+
+    monkeypatch.setattr(driver, "lib", lambda: Lib())
+    monkeypatch.setattr(cy, "launchKernel", lambda *args: calls.append(("cython",) + args))
+    args = (Buffer(0), np.int32(3))
+
+    def check_packed(launch, ptr):
+        assert param_bytes(launch, 0, 8) == struct.pack("<Q", ptr)
+
+    monkeypatch.setitem(sys.modules, "cupy", sys.modules.get("cupy") or types.ModuleType("cupy"))
+    launch = _Launch(0x1234, (5, 6, 7), (32, 2, 1), 96, args, 1, False, "k")
+    launch((0xA0,), 11)
+    launch((0xB0,), 12)
+    assert calls == [("cython", 0x1234, 5, 6, 7, 32, 2, 1, 96, s, launch.params_ptr, 0) for s in (11, 12)]
+    check_packed(launch, 0xB0)
+
+    calls.clear()
+    monkeypatch.delitem(sys.modules, "cupy")
+    launch = _Launch(0x1234, (5, 6, 7), (32, 2, 1), 96, args, 1, False, "k")
+    launch((0xC0,), 13)
+    (_, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra), = calls
+    assert (fn.value, gx, gy, gz, bx, by, bz, smem, stream.value, extra) == (0x1234, 5, 6, 7, 32, 2, 1, 96, 13, None)
+    assert ctypes.cast(params, ctypes.c_void_p).value == launch.params_ptr
+    check_packed(launch, 0xC0)
+
+    calls.clear()
+    launch = _Launch(0x1234, (5, 6, 7), (32, 2, 1), 96, args, 2, True, "k")  # clusters of 2, after the previous
+    launch((0xD0,), 14)
+    launch((0xE0,), 15)
+    assert [c[:5] for c in calls] == [("ex", 14, 5, 32, 0x1234), ("ex", 15, 5, 32, 0x1234)]
+    assert all(c[5] is launch.params and c[6] is None for c in calls)
+    check_packed(launch, 0xE0)
+
+
 def test_alignment():
     assert alignment(0) == 256 and alignment(4096) == 256 and alignment(0x1008) == 8 and alignment(0x1030) == 16
 
