@@ -186,6 +186,23 @@ def test_pad_width_forms_like_numpy():
         assert spec.out_shape == np.pad(a, pw).shape, pw
 
 
+def test_cached_arguments_stay_apart_by_type(monkeypatch):
+    """spec_for caches specs by their arguments: widths that compare equal but differ in type ((1, 1) against
+    (1.0, 1), tuples against lists, ints against bools) get specs, or errors, of their own, as numpy.pad would."""
+    monkeypatch.setattr(P, "kind_of", lambda x, op: None)  # a NumPy array stands in for a device array
+    monkeypatch.setattr(P, "_SPECS", {})
+    a = np.zeros((2, 3), np.float32)
+    for pw in [((0, 0), (1, 1)), ((0, 0), (1.0, 1)), [[0, 0], [1, 1]], ((0, 0), (True, 1)), ((0, 0), (1, 1)),
+               (1, 1), ((0, 0), (1.5, 1))]:
+        try:
+            want = np.pad(a, pw).shape
+        except Exception as e:
+            with pytest.raises(type(e)):
+                P.spec_for(a, pw)
+            continue
+        assert P.spec_for(a, pw).out_shape == want, pw
+
+
 def test_constant_values_cast_like_numpy():
     """The pad value is cast into the array's dtype by numpy's own assignment (same bits, same errors)."""
     for dtype, cv in [("uint8", 3.7), ("int16", -2.9), ("bool", 5), ("float16", 1e-8), ("float32", np.nan),
