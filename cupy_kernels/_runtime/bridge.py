@@ -162,7 +162,7 @@ class _Cupy:
 
     @staticmethod
     def key(x) -> tuple:
-        return x.dtype, x.shape, tuple(s // x.itemsize for s in x.strides), x.data.ptr & 15, x.device.id
+        return x.dtype, x.shape, _Cupy.strides(x), x.data.ptr & 15, x.device.id
 
     @staticmethod
     def strides(x) -> tuple:

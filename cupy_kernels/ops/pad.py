@@ -519,9 +519,12 @@ def numpy_dtype_of(x):
 
 def _freeze(v):
     """A hashable, type-preserving key of a pad argument (TypeError if it has none): ints and strings as they are,
-    containers tagged with their type (1, 1.0 and True, [1] and (1,) stay apart)."""
+    a tuple of exact ints or of such tuples (the common pad widths) too, other containers tagged with their type
+    (1, 1.0 and True, [1] and (1,) stay apart: no tagged key equals an untagged one)."""
     t = type(v)
     if t is int or t is str:
+        return v
+    if t is tuple and all(type(e) is int or type(e) is tuple and all(type(f) is int for f in e) for e in v):
         return v
     if isinstance(v, (list, tuple)):
         return (t, *[_freeze(e) for e in v])
@@ -541,12 +544,7 @@ def spec_for(x, pad_width, mode="constant", constant_values=0, stagger=0) -> Spe
     kind_of(x, "pad")  # a CUDA tensor or a CuPy array, else the TypeError naming x
     dt = checked_dtype(x, "pad", "x", DTYPES)
     try:
-        # ((before, after), ...) of exact ints, the common form, is its own key: no _freeze key equals it (those of
-        # containers start with their type)
-        widths = pad_width if type(pad_width) is tuple and all(
-            type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int for p in pad_width) \
-            else _freeze(pad_width)
-        key = (tuple(x.shape), dt, widths, _freeze(mode), _freeze(constant_values), _freeze(stagger))
+        key = (tuple(x.shape), dt, _freeze(pad_width), _freeze(mode), _freeze(constant_values), _freeze(stagger))
     except TypeError:
         key = None
     spec = _SPECS.get(key) if key is not None else None

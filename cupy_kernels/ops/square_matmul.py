@@ -320,9 +320,7 @@ def square_matmul_impl(a, w, transpose=False, bias=None, variant="auto", op="squ
     try:
         pa, pw = kind.ptr(a), kind.ptr(w)
         pb = 0 if bias is None else kind.ptr(bias)
-        key = (op, variant, transpose, a.dtype, a.shape, kind.strides(a), pa & 15, w.dtype, w.shape, kind.strides(w),
-               pw & 15, kind.device(w), None if bias is None else (bias.dtype, bias.shape, kind.strides(bias),
-                                                                  pb & 15, kind.device(bias)), device)
+        key = (op, variant, transpose, kind.key(a), kind.key(w), None if bias is None else kind.key(bias))
         e = PLANS.get(key)
     except (AttributeError, TypeError):  # w or bias of another kind: _build names it
         key = e = None
