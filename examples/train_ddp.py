@@ -13,7 +13,9 @@ The model (float32 throughout): token embedding; blocks of
       intermediate nobody saved), and an output projection;
   x + ChannelMix(layer_norm(x)): relu(key)^2 normalised in place (rms_norm_), value, gated by sigmoid(receptance);
 a final layer_norm, the head, log_softmax and the NLL loss. Rank 0 prints the per-step loss (the mean over ranks):
-"step <i> loss <value>", and with --impl ck how many times each cupy_kernels op was called.
+"step <i> loss <value>"; at the end, under DDP, the float64 sum of squares of every parameter: "params <value>"
+(the mean loss hides rounding differences that the weights keep); and with --impl ck how many times each
+cupy_kernels op was called.
 """
 from __future__ import annotations
 
@@ -250,6 +252,9 @@ def main(argv=None):
         if not args.fsdp:
             raise
         failed = f"{type(e).__name__}: {e}"
+    if rank == 0 and not args.fsdp and failed is None:
+        squares = sum(float(p.detach().double().square().sum()) for p in model.parameters())
+        print(f"params {squares!r}", flush=True)
     if args.fsdp and rank == 0:
         print("FSDP2: works" if failed is None else f"FSDP2: fails: {failed}", flush=True)
     if rank == 0 and isinstance(ops, CkOps):

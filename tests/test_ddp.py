@@ -1,6 +1,7 @@
 """examples/train_ddp.py under torchrun on two GPUs: the RWKV-style model on cupy-kernels' ops and the same model on
 torch ops (same initial weights, same data, float32, TF32 off) give the same loss at every one of 20 steps
-(relative difference <= 1e-4); and whether FSDP2 runs it."""
+(relative difference <= 1e-4), and weights that agree as closely but not in every bit (the mean loss can hide
+rounding differences, the weights keep them); and whether FSDP2 runs it."""
 from __future__ import annotations
 
 import os
@@ -42,16 +43,23 @@ def _train(*args, timeout=900):
     return p.returncode, p.stdout, p.stderr
 
 
+def _params(out):
+    found = [float(ln.split()[1]) for ln in out.splitlines() if ln.startswith("params ")]
+    assert len(found) == 1, out[-2000:]
+    return found[0]
+
+
 def _losses(out):
     return {int(m.group(1)): float(m.group(2)) for m in map(STEP.match, out.splitlines()) if m}
 
 
 def test_ddp_losses_match_torch_ops():
-    runs = {}
+    runs, params = {}, {}
     for impl in ("ck", "torch"):
         rc, out, err = _train("--steps", "20", "--impl", impl)
         assert rc == 0, f"--impl {impl}: rc={rc}\n{out[-3000:]}\n{err[-5000:]}"
         runs[impl] = _losses(out)
+        params[impl] = _params(out)
         assert sorted(runs[impl]) == list(range(20)), f"--impl {impl}: steps printed {sorted(runs[impl])}\n{out}"
         counted = "".join(ln for ln in out.splitlines() if ln.startswith("cupy_kernels calls:"))
         calls = dict(re.findall(r"(\w+)=(\d+)", counted))
@@ -60,8 +68,9 @@ def test_ddp_losses_match_torch_ops():
             assert all(int(n) >= 20 for n in calls.values()), calls
         else:
             assert not calls, out[-2000:]
-    # different kernels round differently: runs equal in every bit at every step took the same ops
-    assert runs["ck"] != runs["torch"], f"bit-identical losses: {runs}"
+    # different kernels round differently: weights equal in every bit after 20 steps came from the same ops
+    assert params["ck"] != params["torch"], f"bit-identical weights: {params}"
+    assert abs(params["ck"] - params["torch"]) <= 1e-4 * abs(params["torch"]), params
     worst = []
     for step in range(20):
         a, b = runs["ck"][step], runs["torch"][step]
