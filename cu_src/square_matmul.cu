@@ -40,9 +40,15 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 
 // ---- the row-block protocol (ctrl[0]: next ticket; ctrl[1 + rb]: arrivals of row block rb) ----------
 
-// The next tile ticket, the same for all threads of the block.
+// Before the first take_ticket(): the start of the static schedule that a null ctrl selects.
+__device__ __forceinline__ void init_ticket(unsigned* slot) {
+  if (threadIdx.x == 0) *slot = blockIdx.x - gridDim.x;
+}
+
+// The next tile ticket, the same for all threads of the block: from the counter ctrl[0], or with ctrl null
+// (one column tile a row block: no block waits for another) statically, block b taking b, b + grid, ...
 __device__ __forceinline__ unsigned take_ticket(unsigned* ctrl, unsigned* slot) {
-  if (threadIdx.x == 0) *slot = atomicAdd(ctrl, 1u);
+  if (threadIdx.x == 0) *slot = ctrl ? atomicAdd(ctrl, 1u) : *slot + gridDim.x;
   __syncthreads();
   const unsigned t = *slot;
   __syncthreads();  // everyone has read the slot before thread 0 may write the next ticket
@@ -75,10 +81,11 @@ __device__ __forceinline__ void row_block_arrive_wait(unsigned* arrivals, unsign
   __threadfence();
 }
 
-// The whole block's row-block barrier: after it, the block may overwrite the rows.
-__device__ __forceinline__ void row_block_barrier(unsigned* arrivals, unsigned expected) {
+// The whole block's row-block barrier: after it, the block may overwrite the rows of row block rb (ctrl null:
+// the block's own tile is the row block's only one).
+__device__ __forceinline__ void row_block_barrier(unsigned* ctrl, unsigned rb, unsigned expected) {
   __syncthreads();
-  if (threadIdx.x == 0) row_block_arrive_wait(arrivals, expected);
+  if (ctrl != nullptr && threadIdx.x == 0) row_block_arrive_wait(ctrl + 1 + rb, expected);
   __syncthreads();
 }
 
@@ -179,7 +186,7 @@ constexpr int MMA_TBN = 256;  // sqmm_mma's tile columns
 // Tiled tensor-core kernel for float16 / bfloat16 (mma.sync m16n8k16, fragments by ldmatrix, float32
 // accumulators), 128 x 256 tiles. Launch: persistent 1-D grid of at most one wave (one block per SM,
 // >= tiles_n blocks), 256 threads (8 warps as 2 x 4, each a 64 x 64 piece of the tile), MmaSmem<256>::bytes
-// (96 KB) of dynamic shared memory; ctrl zeroed (1 + row blocks entries). Any m (64-bit rows), any n with
+// (96 KB) of dynamic shared memory; ctrl zeroed (1 + row blocks entries), or null when tiles_n == 1. Any m (64-bit rows), any n with
 // ceil(n / 256) <= grid. Loads::vector: n % 8 == 0 and a, w 16-byte aligned (cp.async path).
 template <typename T, W B, Loads L>
 __global__ void __launch_bounds__(THREADS, 1)
@@ -194,6 +201,7 @@ sqmm_mma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias
   __shared__ unsigned ticket;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
   const int ktiles = (n + MMA_BK - 1) / MMA_BK;
+  init_ticket(&ticket);
   for (;;) {  // next_tile() open-coded: through it NVRTC schedules this kernel differently (unmeasured)
     const unsigned t = take_ticket(ctrl, &ticket);
     if (t >= total_tiles) return;
@@ -253,7 +261,7 @@ sqmm_mma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias
       }
     }
     cp_async_wait<0>();
-    row_block_barrier(ctrl + 1 + rb, tiles_n);  // also: every warp is done with the stages
+    row_block_barrier(ctrl, rb, tiles_n);  // also: every warp is done with the stages
 
     typedef typename Pair2<T>::type P2;
 #pragma unroll
@@ -300,7 +308,7 @@ template <bool ALIGNED> __device__ __forceinline__ float4 load4(const float* p, 
 
 // Register-tiled FP32 kernel (exact FP32 FMA, no TF32). Launch: persistent 1-D grid of at most one wave
 // (>= tiles_n blocks), 256 threads as 16 x 16, each computing 8 x 8 outputs of the 128 x 128 tile (two
-// 4-row and two 4-column groups 64 apart); 17 KB static shared memory; ctrl zeroed. Any m, any n with
+// 4-row and two 4-column groups 64 apart); 17 KB static shared memory; ctrl zeroed, or null when tiles_n == 1. Any m, any n with
 // ceil(n / 128) <= grid. Loads::vector: n % 4 == 0 and a, w 16-byte aligned (float4 loads and stores).
 template <W B, Loads L>
 __global__ void __launch_bounds__(THREADS, 2)
@@ -315,6 +323,7 @@ sqmm_simt(float* a, const float* __restrict__ w, const float* __restrict__ bias,
   // Loader roles: A (and W^T) tiles are 128 rows x 8 k: thread -> row tid / 2, k (tid % 2) * 4.
   // W tiles are 8 k x 128 cols: thread -> k tid / 32, cols (tid % 32) * 4.
   const int lr = tid >> 1, lk = (tid & 1) * 4, wk = tid >> 5, wc = (tid & 31) * 4;
+  init_ticket(&ticket);
   for (Tile tile; next_tile(ctrl, &ticket, tiles_n, total_tiles, BN, tile);) {
     const unsigned rb = tile.rb;
     const long long row0 = tile.row0;
@@ -377,7 +386,7 @@ sqmm_simt(float* a, const float* __restrict__ w, const float* __restrict__ bias,
       if (more) stash(s ^ 1);  // the other buffer was last read before the previous barrier
       __syncthreads();
     }
-    row_block_barrier(ctrl + 1 + rb, tiles_n);
+    row_block_barrier(ctrl, rb, tiles_n);
 
 #pragma unroll
     for (int jh = 0; jh < 2; ++jh) {

@@ -95,8 +95,8 @@ __device__ __forceinline__ void store_fragment(const float (&d)[4 * NJ], T* a, c
 // coordinates). Launch: persistent 1-D grid of at most one wave (one block per SM, >= tiles_n blocks), 256
 // threads = 2 warpgroups, each computing 64 rows x 256 columns of the 128 x 256 tile as two m64n128k16
 // products per 16-wide k step; SMEM bytes of dynamic shared memory (4 stages of 128 x 64 A and 64 x 256 W
-// tiles, 128-byte swizzled, filled by cp.async two stages ahead); ctrl zeroed; mn_swap 0. n % 8 == 0 and a,
-// w 16-byte aligned (the host checks); any m, any such n with ceil(n / 256) <= grid.
+// tiles, 128-byte swizzled, filled by cp.async two stages ahead); ctrl zeroed, or null when tiles_n == 1;
+// mn_swap 0. n % 8 == 0 and a, w 16-byte aligned (the host checks); any m, any such n with ceil(n / 256) <= grid.
 template <typename T, W B>
 __global__ void __launch_bounds__(THREADS, 1)
 sqmm_wgmma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias, long long m, int n,
@@ -143,6 +143,7 @@ sqmm_wgmma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bi
       }
     }
   };
+  init_ticket(&ticket);
   for (Tile tile; next_tile(ctrl, &ticket, tiles_n, total_tiles, TBN, tile);) {
     const unsigned rb = tile.rb;
     const long long row0 = tile.row0;
@@ -181,7 +182,7 @@ sqmm_wgmma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bi
       wg_wait<1>();  // tile kt - 1 done: its stage may be refilled after the next barrier
     }
     wg_wait<0>();
-    row_block_barrier(ctrl + 1 + rb, tiles_n);
+    row_block_barrier(ctrl, rb, tiles_n);
 
     const long long row = row0 + wgp * 64 + wq * 16 + (lane >> 2);
     store_fragment<16>(acc0, a, bias, has_bias, m, n, row, n0 + (lane & 3) * 2);

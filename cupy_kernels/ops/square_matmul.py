@@ -142,7 +142,8 @@ def _persistent(b: PlanBuilder, kernel, threads, smem, tbn, m, n, op, cluster=1)
     """(grid in blocks, the zeroed counters, tiles_n, total tiles) of a persistent launch of at most one wave,
     after checking that a row block's column tiles fit in it together. cluster > 1: a tile is `cluster` row
     blocks (one per CTA of a cluster), the wave is counted in whole clusters (the driver's occupancy for
-    clusters)."""
+    clusters). With one column tile a row block and no clusters the counters are None: tiles go round
+    statically and no block waits on another, so a call allocates and zeroes nothing."""
     if n >= 2 ** 31:
         raise ValueError(f"{op}: n = {n} is too large (int32 column index)")
     if cluster > 1:
@@ -157,6 +158,8 @@ def _persistent(b: PlanBuilder, kernel, threads, smem, tbn, m, n, op, cluster=1)
                          f"holds {resident} {unit} of this kernel (n <= {max_n(resident, tbn)} here)")
     if total + grid >= 2 ** 32:
         raise ValueError(f"{op}: {m} x {n} has too many tiles for the 32-bit tile counter; split the rows")
+    if tiles_n == 1 and cluster == 1:
+        return grid, None, tiles_n, total
     ctrl = b.workspace(4 * (1 + rbs), zero=True)  # ctrl[0]: the next ticket; ctrl[1 + rb]: row block rb's arrivals
     return grid * cluster, ctrl, tiles_n, total
 
