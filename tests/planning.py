@@ -82,7 +82,8 @@ class Array:
 
 
 # The array kind (as bridge.CUPY / TORCH) of `Array`s, for the planners that take one.
-HOST = types.SimpleNamespace(strides=lambda x: x.strides, ptr=lambda x: x.ptr, contiguous=lambda x: x.c_contiguous)
+HOST = types.SimpleNamespace(strides=lambda x: x.strides, ptr=lambda x: x.ptr, contiguous=lambda x: x.c_contiguous,
+                             empty_fn=lambda shape, dtype, device: lambda: None)
 
 
 def _close(text, i):

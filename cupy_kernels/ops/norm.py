@@ -766,7 +766,8 @@ def check_inplace(op, x):
 @dataclass(frozen=True)
 class _FwdEntry:
     """A planned forward: copy x first (not C-contiguous), the statistics' shape and dtype and which are made, the
-    plan (None: nothing to launch), NaN statistics (rows of nothing)."""
+    plan (None: nothing to launch), NaN statistics (rows of nothing), new_stat() (an empty statistic: None when
+    none is made)."""
     copy: bool
     stats_shape: tuple
     acc: str
@@ -774,6 +775,7 @@ class _FwdEntry:
     rstd: bool
     plan: object
     nan_stats: bool
+    new_stat: object = None
 
 
 def _build_forward(kind, op, x, weight, bias, eps, mode, inplace, save_stats, device) -> _FwdEntry:
@@ -799,7 +801,7 @@ def _build_forward(kind, op, x, weight, bias, eps, mode, inplace, save_stats, de
                                 mb if want_mean else None, rb if save_stats else None, rows, n, dtype, mode,
                                 float(eps)))
     return _FwdEntry(not contiguous, shape[:-1], ACC[dtype], want_mean, save_stats, b.plan() if b.launches else None,
-                     bool(rows) and not n)
+                     bool(rows) and not n, kind.empty_fn(shape[:-1], ACC[dtype], device) if save_stats else None)
 
 
 def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", inplace=False, save_stats=True):
@@ -822,8 +824,8 @@ def norm_forward_impl(x, weight=None, bias=None, eps=1e-5, mode="layer_norm", in
         x = kind.as_contiguous(x)
         ptr = kind.ptr(x)
     y = x if inplace else kind.empty_like(x)
-    mean = kind.empty(e.stats_shape, e.acc, device) if e.mean else None
-    rstd = kind.empty(e.stats_shape, e.acc, device) if e.rstd else None
+    mean = e.new_stat() if e.mean else None
+    rstd = e.new_stat() if e.rstd else None
     if e.plan is not None:
         e.plan.run((ptr, kind.ptr(y), 0 if weight is None else kind.ptr(weight), 0 if bias is None else kind.ptr(bias),
                     0 if mean is None else kind.ptr(mean), 0 if rstd is None else kind.ptr(rstd)),

@@ -537,18 +537,35 @@ def _freeze(v):
 
 
 _SPECS: dict = {}  # argument key -> Spec: repeated calls skip the validation (host time per call)
+_WIDTHS: dict = {}  # id(pad_width) -> (pad_width, its key), for exact tuples of ints (immutable): a constant
+                    # tuple passed call after call is keyed by identity, without _freeze's walk (~1.5 us)
+
+
+def _width_key(pad_width):
+    hit = _WIDTHS.get(id(pad_width))
+    if hit is not None and hit[0] is pad_width:
+        return hit[1]
+    key = _freeze(pad_width)
+    if key is pad_width and type(pad_width) is tuple:
+        if len(_WIDTHS) >= 256:
+            _WIDTHS.clear()
+        _WIDTHS[id(pad_width)] = (pad_width, key)
+    return key
 
 
 def spec_for(x, pad_width, mode="constant", constant_values=0, stagger=0) -> Spec:
-    """The validated Spec of a pad call (cached by its arguments: repeated calls skip the validation)."""
-    kind_of(x, "pad")  # a CUDA tensor or a CuPy array, else the TypeError naming x
-    dt = checked_dtype(x, "pad", "x", DTYPES)
+    """The validated Spec of a pad call, cached by its arguments and x's shape and dtype: a repeated call skips the
+    validation (x's kind is checked where it is read, by pad_impl)."""
     try:
-        key = (tuple(x.shape), dt, _freeze(pad_width), _freeze(mode), _freeze(constant_values), _freeze(stagger))
-    except TypeError:
-        key = None
-    spec = _SPECS.get(key) if key is not None else None
+        key = (x.shape, x.dtype, _width_key(pad_width), mode if type(mode) is str else _freeze(mode),
+               constant_values if type(constant_values) is int else _freeze(constant_values),
+               stagger if type(stagger) is int else _freeze(stagger))
+        spec = _SPECS.get(key)
+    except (TypeError, AttributeError):  # unhashable arguments, or x is no array: validated below
+        key = spec = None
     if spec is None:
+        kind_of(x, "pad")  # a CUDA tensor or a CuPy array, else the TypeError naming x
+        dt = checked_dtype(x, "pad", "x", DTYPES)
         spec = normalize(tuple(x.shape), numpy_dtype(dt), pad_width, mode, constant_values, stagger)
         if key is not None:
             if len(_SPECS) >= 1024:
@@ -567,6 +584,7 @@ class _Entry:
     copy: bool
     plan: object
     part: tuple = ()
+    new_output: object = None  # the forward's empty result, made by a call of no arguments
 
 
 def _build(kind, x, spec: Spec, rung, device) -> _Entry:
@@ -578,8 +596,9 @@ def _build(kind, x, spec: Spec, rung, device) -> _Entry:
     if shape != tuple(spec.shape):
         raise ValueError(f"pad: x has shape {shape}; the spec was made for {tuple(spec.shape)}")
     out_shape = spec.out_shape
+    new_output = kind.empty_fn(out_shape, dt, device)
     if not shape or math.prod(out_shape) == 0:
-        return _Entry(out_shape, dt, False, None)
+        return _Entry(out_shape, dt, False, None, new_output=new_output)
     itemsize = ITEMSIZE[dt]
     b = PlanBuilder(device, (1, 256))  # x is read at any alignment; y is a fresh allocation
     try:
@@ -589,7 +608,7 @@ def _build(kind, x, spec: Spec, rung, device) -> _Entry:
         b = PlanBuilder(device, (256, 256))
         plan_pad(b, *b.buffers, shape, contiguous_strides(shape), itemsize, spec, rung)
         copy = True
-    return _Entry(out_shape, dt, copy, b.plan())
+    return _Entry(out_shape, dt, copy, b.plan(), new_output=new_output)
 
 
 def _copy_part(kind, dst, src, part):
@@ -613,7 +632,7 @@ def pad_impl(x, spec: Spec, rung: str = "default"):
     e = PLANS.get(key)
     if e is None:
         e = PLANS.put(key, _build(kind, x, spec, rung, device))
-    y = kind.empty(e.shape, e.dtype, device)
+    y = e.new_output()
     if e.plan is None:
         if not x.shape and not e.shape:
             _copy_part(kind, y, x, ())  # a 0-d array pads to itself

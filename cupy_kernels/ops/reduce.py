@@ -153,11 +153,12 @@ def _cols_launch(b, name, x, y, outer, r, k, splits, chunk, scale, col_blocks):
 @dataclass(frozen=True)
 class _Entry:
     """A planned reduction: the output's shape and dtype, the axis order of the contiguous copy the kernels read
-    (None: they read x itself), the plan."""
+    (None: they read x itself), the plan, and new_output() (an empty output)."""
     shape: tuple
     dtype: str
     permute: tuple | None
     plan: object
+    new_output: object = None
 
 
 def _plan(op, kind, x, axis, keepdims, device) -> _Entry:
@@ -190,7 +191,7 @@ def _plan(op, kind, x, axis, keepdims, device) -> _Entry:
     else:
         plan_cols(b, op, src, dst, dtype, outer, count, inner, count)
     copy = permute if permute else None if contiguous else tuple(range(ndim))  # strided data is copied first
-    return _Entry(shape, out_dtype, copy, b.plan())
+    return _Entry(shape, out_dtype, copy, b.plan(), kind.empty_fn(shape, out_dtype, device))
 
 
 def is_contiguous(shape, strides) -> bool:
@@ -242,7 +243,7 @@ def reduce_impl(op, x, axis=None, keepdims=False, out=None):
     if e.permute is not None:
         src = kind.as_contiguous(x.permute(e.permute) if kind is not CUPY else x.transpose(e.permute))
         ptr = kind.ptr(src)
-    y = out if out is not None else kind.empty(e.shape, e.dtype, device)
+    y = out if out is not None else e.new_output()
     e.plan.run((ptr, kind.ptr(y)), stream, kind.alloc(device) if e.plan.workspaces else None)
     return y
 

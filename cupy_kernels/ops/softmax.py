@@ -468,7 +468,8 @@ def check_inplace(op, x, axis=-1):
     if not kind.contiguous(x):
         raise ValueError(f"{op}: x must be C-contiguous to be written in place; got a non-contiguous view of shape "
                          f"{tuple(x.shape)} (use the out-of-place op, or .contiguous() first)")
-    if len(x.shape) and _axis(axis, len(x.shape), op) != len(x.shape) - 1:
+    nd = len(x.shape)
+    if nd and not (type(axis) is int and (axis == -1 or axis == nd - 1)) and _axis(axis, nd, op) != nd - 1:
         raise ValueError(f"{op}: in place works over the last axis only; got axis={axis} for {len(x.shape)} dimensions")
 
 
