@@ -187,10 +187,9 @@ def pad(x, pad_width, mode="constant", constant_values=0, stagger=0):
     """numpy.pad for a CuPy array or a CUDA torch tensor, in one kernel; torch tensors are differentiable.
     Modes: constant, edge, reflect, symmetric, wrap, and brick (brick-wall tiles: wrap with every other row
     band shifted by `stagger`)."""
-    spec = _pad.spec_for(x, pad_width, mode, constant_values, stagger)
     if type(x) in _PLAIN or _tensor(x):
-        return _torch_ops.pad(x, spec)
-    return _pad.pad_impl(x, spec)
+        return _torch_ops.pad(x, _torch_ops.pad_spec(x, pad_width, mode, constant_values, stagger))
+    return _pad.pad_impl(x, _pad.spec_for(x, pad_width, mode, constant_values, stagger))
 
 
 # ---- in-place products ------------------------------------------------------------------------------------

@@ -606,6 +606,11 @@ class _Pad(torch.autograd.Function):
         return _pad.pad_backward_impl(grad, ctx.spec), None
 
 
+def pad_spec(x, pad_width, mode, constant_values, stagger):
+    """ops.pad's spec_for, without its identity cache while torch.compile traces."""
+    return _pad.spec_for(x, pad_width, mode, constant_values, stagger, not _is_compiling())
+
+
 def pad(x, spec):
     """ops.pad's pad for a torch tensor: `spec` is the validated ops.pad.Spec."""
     if untraced(x):

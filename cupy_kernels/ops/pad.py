@@ -553,11 +553,13 @@ def _width_key(pad_width):
     return key
 
 
-def spec_for(x, pad_width, mode="constant", constant_values=0, stagger=0) -> Spec:
+def spec_for(x, pad_width, mode="constant", constant_values=0, stagger=0, by_identity=True) -> Spec:
     """The validated Spec of a pad call, cached by its arguments and x's shape and dtype: a repeated call skips the
-    validation (x's kind is checked where it is read, by pad_impl)."""
+    validation (x's kind is checked where it is read, by pad_impl). by_identity=False: no identity cache of the
+    widths (torch.compile's tracer does not follow id())."""
     try:
-        key = (x.shape, x.dtype, _width_key(pad_width), mode if type(mode) is str else _freeze(mode),
+        key = (x.shape, x.dtype, _width_key(pad_width) if by_identity else _freeze(pad_width),
+               mode if type(mode) is str else _freeze(mode),
                constant_values if type(constant_values) is int else _freeze(constant_values),
                stagger if type(stagger) is int else _freeze(stagger))
         spec = _SPECS.get(key)

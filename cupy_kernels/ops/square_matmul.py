@@ -138,12 +138,13 @@ def max_n(resident: int, tbn: int) -> int:
 # ---- planning ---------------------------------------------------------------------------------------------
 
 
-def _persistent(b: PlanBuilder, kernel, threads, smem, tbn, m, n, op, cluster=1):
+def _persistent(b: PlanBuilder, kernel, threads, smem, tbn, m, n, op, cluster=1, tickets=False):
     """(grid in blocks, the zeroed counters, tiles_n, total tiles) of a persistent launch of at most one wave,
     after checking that a row block's column tiles fit in it together. cluster > 1: a tile is `cluster` row
     blocks (one per CTA of a cluster), the wave is counted in whole clusters (the driver's occupancy for
-    clusters). With one column tile a row block and no clusters the counters are None: tiles go round
-    statically and no block waits on another, so a call allocates and zeroes nothing."""
+    clusters). Unless the kernel always takes tickets (the TMA kernels), one column tile a row block makes the
+    counters None: tiles go round statically and no block waits on another, so a call allocates and zeroes
+    nothing."""
     if n >= 2 ** 31:
         raise ValueError(f"{op}: n = {n} is too large (int32 column index)")
     if cluster > 1:
@@ -158,7 +159,7 @@ def _persistent(b: PlanBuilder, kernel, threads, smem, tbn, m, n, op, cluster=1)
                          f"holds {resident} {unit} of this kernel (n <= {max_n(resident, tbn)} here)")
     if total + grid >= 2 ** 32:
         raise ValueError(f"{op}: {m} x {n} has too many tiles for the 32-bit tile counter; split the rows")
-    if tiles_n == 1 and cluster == 1:
+    if tiles_n == 1 and not tickets:
         return grid, None, tiles_n, total
     ctrl = b.workspace(4 * (1 + rbs), zero=True)  # ctrl[0]: the next ticket; ctrl[1 + rb]: row block rb's arrivals
     return grid * cluster, ctrl, tiles_n, total
@@ -203,7 +204,7 @@ def plan_product(b: PlanBuilder, kernel: str, dtype, trans, aligned, a, w, bias,
     if kernel in TMA_CLUSTER:
         cluster = TMA_CLUSTER[kernel]
         k = SOURCE90.kernel(tma_name(dtype, trans, cluster), TMA_SMEM)
-        grid, ctrl, tiles_n, total = _persistent(b, k, TMA_THREADS, TMA_SMEM, 256, m, n, op, cluster)
+        grid, ctrl, tiles_n, total = _persistent(b, k, TMA_THREADS, TMA_SMEM, 256, m, n, op, cluster, tickets=True)
         maps = (Deferred(_tensor_map(m, n, dtype, 64, BM), (a.index,), MAP_BYTES),
                 Deferred(_tensor_map(n, n, dtype, 64, 256 // cluster if trans else 64), (w.index,), MAP_BYTES))
         b.launch(k, grid, TMA_THREADS, (*maps, a, bias, has_bias, np.int64(m), np.int32(n), ctrl,
