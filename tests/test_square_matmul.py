@@ -374,17 +374,18 @@ def test_errors_on_device():
 @torch_gpu
 def test_plan_replayed_and_overlap_checked_per_call():
     """A call plans once per (shapes, strides, alignment, ...); later calls replay the plan (its kernel, its zeroed
-    counters) and still check the pointers: a w that overlaps a raises on a plan hit too."""
-    n = 64
-    a, w = randn((256, n), "float32"), randn((n, n), "float32", 1 / n ** 0.5)
-    sq.PLANS.clear()
-    for _ in range(2):
-        ref = reference(a, w, False)
-        sq.square_matmul_impl(a, w)
-        assert rel(a, ref) <= TOL["float32"]
-    (entry,) = sq.PLANS.values()
-    assert entry.plan.kernels == ("sqmm_simt<sqmm::W::plain, sqmm::Loads::vector>",)
-    assert [ws.zero for ws in entry.plan.workspaces] == [True]
+    counters, or none when a row block is one column tile) and still check the pointers: a w that overlaps a raises
+    on a plan hit too."""
+    for n, counters in ((300, [True]), (64, [])):  # 128-column tiles: three a row block, then one
+        a, w = randn((256, n), "float32"), randn((n, n), "float32", 1 / n ** 0.5)
+        sq.PLANS.clear()
+        for _ in range(2):
+            ref = reference(a, w, False)
+            sq.square_matmul_impl(a, w)
+            assert rel(a, ref) <= TOL["float32"]
+        (entry,) = sq.PLANS.values()
+        assert entry.plan.kernels == ("sqmm_simt<sqmm::W::plain, sqmm::Loads::vector>",)
+        assert [ws.zero for ws in entry.plan.workspaces] == counters, n
     before = a.clone()
     with pytest.raises(ValueError, match="overlaps"):
         sq.square_matmul_impl(a, a[:n])  # the same key as (a, w): a hit
