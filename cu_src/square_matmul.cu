@@ -186,8 +186,8 @@ constexpr int MMA_TBN = 256;  // sqmm_mma's tile columns
 // Tiled tensor-core kernel for float16 / bfloat16 (mma.sync m16n8k16, fragments by ldmatrix, float32
 // accumulators), 128 x 256 tiles. Launch: persistent 1-D grid of at most one wave (one block per SM,
 // >= tiles_n blocks), 256 threads (8 warps as 2 x 4, each a 64 x 64 piece of the tile), MmaSmem<256>::bytes
-// (96 KB) of dynamic shared memory; ctrl zeroed (1 + row blocks entries), or null when tiles_n == 1. Any m (64-bit rows), any n with
-// ceil(n / 256) <= grid. Loads::vector: n % 8 == 0 and a, w 16-byte aligned (cp.async path).
+// (96 KB) of dynamic shared memory; ctrl zeroed (1 + row blocks entries), or null when tiles_n == 1. Any m
+// (64-bit rows), any n with ceil(n / 256) <= grid. Loads::vector: n % 8 == 0 and a, w 16-byte aligned (cp.async path).
 template <typename T, W B, Loads L>
 __global__ void __launch_bounds__(THREADS, 1)
 sqmm_mma(T* a, const T* __restrict__ w, const T* __restrict__ bias, int has_bias, long long m, int n,
@@ -308,8 +308,8 @@ template <bool ALIGNED> __device__ __forceinline__ float4 load4(const float* p, 
 
 // Register-tiled FP32 kernel (exact FP32 FMA, no TF32). Launch: persistent 1-D grid of at most one wave
 // (>= tiles_n blocks), 256 threads as 16 x 16, each computing 8 x 8 outputs of the 128 x 128 tile (two
-// 4-row and two 4-column groups 64 apart); 17 KB static shared memory; ctrl zeroed, or null when tiles_n == 1. Any m, any n with
-// ceil(n / 128) <= grid. Loads::vector: n % 4 == 0 and a, w 16-byte aligned (float4 loads and stores).
+// 4-row and two 4-column groups 64 apart); 17 KB static shared memory; ctrl zeroed, or null when tiles_n == 1.
+// Any m, any n with ceil(n / 128) <= grid. Loads::vector: n % 4 == 0 and a, w 16-byte aligned (float4 loads and stores).
 template <W B, Loads L>
 __global__ void __launch_bounds__(THREADS, 2)
 sqmm_simt(float* a, const float* __restrict__ w, const float* __restrict__ bias, int has_bias, long long m, int n,

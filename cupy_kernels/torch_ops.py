@@ -217,8 +217,6 @@ def softmax(x, axis=-1, dtype=None, log=False):
     return _softmax_op(x, _dim(x, axis, op), log)
 
 
-
-
 @torch.library.custom_op("cupy_kernels::softmax_inplace", mutates_args=("x",))
 def _softmax_inplace_op(x: torch.Tensor) -> None:
     _softmax.softmax_inplace_impl(x, -1)

@@ -586,7 +586,7 @@ class _Entry:
     copy: bool
     plan: object
     part: tuple = ()
-    new_output: object = None  # the forward's empty result, made by a call of no arguments
+    new_output: object = None  # the empty result, made by a call of no arguments
 
 
 def _build(kind, x, spec: Spec, rung, device) -> _Entry:
@@ -652,19 +652,21 @@ def _build_backward(kind, grad, spec: Spec, device) -> _Entry:
     if tuple(grad.shape) != spec.out_shape:
         raise ValueError(f"pad_backward: grad has shape {tuple(grad.shape)}; expected {spec.out_shape}")
     shape = tuple(spec.shape)
+    new_output = kind.empty_fn(shape, dt, device)
     if spec.mode == "constant":  # the interior of the gradient
-        return _Entry(shape, dt, False, None, tuple(slice(b, b + n) for n, (b, _) in zip(shape, spec.pads)))
+        return _Entry(shape, dt, False, None, tuple(slice(b, b + n) for n, (b, _) in zip(shape, spec.pads)),
+                      new_output)
     ndim = len(shape)
     axes = [i for i in range(ndim) if tuple(spec.pads[i]) != (0, 0)]
     if spec.mode == "brick" and ndim - 1 not in axes:
         axes.append(ndim - 1)  # the columns of a brick are rotated even without column pads
     axes.sort(reverse=True)
     if not axes or math.prod(shape) == 0:
-        return _Entry(shape, dt, False, None)
+        return _Entry(shape, dt, False, None, new_output=new_output)
     copy = not kind.contiguous(grad)
     b = PlanBuilder(device, (256 if copy else 1, 256))
     plan_backward(b, *b.buffers, dt, spec, axes)
-    return _Entry(shape, dt, copy, b.plan())
+    return _Entry(shape, dt, copy, b.plan(), new_output=new_output)
 
 
 def pad_backward_impl(grad, spec: Spec):
@@ -680,7 +682,7 @@ def pad_backward_impl(grad, spec: Spec):
     e = PLANS.get(key)
     if e is None:
         e = PLANS.put(key, _build_backward(kind, grad, spec, device))
-    r = kind.empty(e.shape, e.dtype, device)
+    r = e.new_output()
     if e.plan is None:
         if math.prod(e.shape):
             _copy_part(kind, r, grad, e.part)
