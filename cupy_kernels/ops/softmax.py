@@ -333,9 +333,11 @@ def plan_rows(b: PlanBuilder, kind: str, mode: str, dtype: str, srcs, out, rows:
 
 @dataclass(frozen=True)
 class _Entry:
-    """A planned call: the axis to move last first (a copy, or None), the plan over (rows, n)."""
+    """A planned call: the axis to move last first (a copy, or None), the plan over (rows, n), and `direct`: the
+    forward's one launch reads the input itself (C-contiguous, axis last) and needs no workspace."""
     moved: int | None
     plan: object
+    direct: object = None
 
 
 def _axis(axis, ndim: int, op: str) -> int:
@@ -374,7 +376,9 @@ def _build(kind, direction, mode, variant, arrays, axis, device, op) -> _Entry:
     if direction == "inplace":
         out = srcs[0]
     plan_rows(b, "bwd" if direction == "bwd" else "fwd", mode, dtype, tuple(srcs), out, rows, n, variant)
-    return _Entry(moved, b.plan())
+    plan = b.plan()
+    direct = plan.single if direction == "fwd" and moved is None and kind.contiguous(first) else None
+    return _Entry(moved, plan, direct)
 
 
 def _run(op, direction, mode, variant, arrays, axis):
@@ -400,6 +404,11 @@ def _run(op, direction, mode, variant, arrays, axis):
     e = PLANS.get(key)
     if e is None:
         e = PLANS.build(key, device, _build, kind, direction, mode, variant, arrays, axis, device, op)
+    direct = e.direct
+    if direct is not None:  # the common call: straight to the launch
+        y = kind.empty_like(first)
+        direct((ptr, kind.ptr(y)), stream)
+        return y
     plan = e.plan
     if direction == "inplace":
         if plan is not None:
@@ -409,13 +418,6 @@ def _run(op, direction, mode, variant, arrays, axis):
         return kind.empty_like(first) if kind is CUPY else first.new_empty(first.shape)
     if e.moved is not None:
         ins = [_moved_last(kind, a, e.moved) for a in arrays]
-    elif len(arrays) == 1 and kind.contiguous(first):  # the common call: straight to the launch
-        y = kind.empty_like(first)
-        if plan.single is not None:
-            plan.single((ptr, kind.ptr(y)), stream)
-        else:
-            plan.run((ptr, kind.ptr(y)), stream, kind.alloc(device) if plan.workspaces else None)
-        return y
     else:
         ins = [a if kind.contiguous(a) else kind.as_contiguous(a) for a in arrays]
     y = kind.empty_like(ins[0])
