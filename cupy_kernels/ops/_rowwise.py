@@ -141,11 +141,13 @@ def plan(rows: int, n: int, dtype: str, maxp: int, max_threads: int, sm_count: i
             chunk = per_part * V
             parts = ceil_div(n, chunk)
         gpb = 1
-    per_sm = (occupancy(threads) if occupancy else 0) or min(min_blocks or min_blocks_per_sm(dtype),
-                                                             max(1, MAX_THREADS_PER_SM // threads))
-    resident = per_sm * sm_count
     groups = ceil_div(rows, gpb)
     split = False
+    if parts > 1 or persistent:
+        # (asked only here: the occupancy query compiles `occupancy`'s kernel, often not the one launched)
+        per_sm = (occupancy(threads) if occupancy else 0) or min(min_blocks or min_blocks_per_sm(dtype),
+                                                                 max(1, MAX_THREADS_PER_SM // threads))
+        resident = per_sm * sm_count
     if parts > 1:
         # too long to be co-resident, or more parts than the tagged exchange holds: split
         split = (long_rows or t.long_rows) == "split" or parts > resident or parts > MAX_EXCHANGE_PARTS
