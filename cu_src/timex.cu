@@ -571,18 +571,25 @@ timex_grad_w(const E* __restrict__ k, long long ksb, long long ksc, const E* __r
   }
 }
 
-// ---- tensor cores: split-precision TF32 (variant "tf32x3", float32 only; auto where faster) ---------
+// ---- tensor cores: TF32 MMAs (variants "tf32x3*", float32 and the half types; auto where faster) ------
 // The tiled product of timex_tiled with mma.sync m16n8k8 TF32 instead of FFMA. Each float32 x is split as
 // x = hi + lo, hi = tf32(x), lo = tf32(x - hi); a*b ~ hi_a*hi_b + hi_a*lo_b + lo_a*hi_b (3 MMAs, float32
-// accumulation): relative error near 1e-6 instead of TF32's 1e-3. A block owns 32 rows b x 256 times t of
-// one channel; a warp owns 32 x 64 (2 x 8 MMA tiles). Per chunk of 32 u, the k tile ([b][u], row 36) and
-// the taps are staged split in shared memory. The B fragment of n-tile j at k-step s reads taps
-// f[t - u] that depend on j - s only (Toeplitz), so a warp loads the 11 distinct fragments once per chunk.
+// accumulation): relative error near 1e-6 instead of TF32's 1e-3. A float16 or bfloat16 value is exact in
+// TF32 (10 / 7 mantissa bits, TF32 has 10 and float32's exponent), so its lo is 0: the half-type instances
+// (E = half, bfloat16) stage the value alone (no lo arrays) and run 1 MMA a product, exact products with
+// float32 accumulation at any T. A block owns 32 rows b x 256 times t of one channel; a warp owns 32 x 64
+// (2 x 8 MMA tiles). Per chunk of 32 u, the k tile ([b][u], row 36) and the taps are staged split in shared
+// memory. The B fragment of n-tile j at k-step s reads taps f[t - u] that depend on j - s only (Toeplitz), so a
+// warp loads the 11 distinct fragments once per chunk.
 // (Variant tf32x3_scalar: the first tensor-core rung, kept for the ladder.)
 // cvt.rna.tf32.f32's rounding (to nearest, ties away) as integer ops: 2 instructions where ptxas emits ~4
 // for the cvt (it adds an Inf/NaN test); bit-identical for finite x, and NaN/Inf inputs still give a NaN/Inf
 // product (hi or lo keeps them).
 __device__ __forceinline__ unsigned tf32_hi(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
+
+// Whether an element type needs the hi/lo split (float32) or is exact in TF32 (the half types: one MMA).
+template <typename E> struct SplitTf32 { static constexpr bool value = false; };
+template <> struct SplitTf32<float> { static constexpr bool value = true; };
 
 __device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1) {
   asm volatile(
@@ -592,33 +599,59 @@ __device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b
 }
 
 // A warp's 32 b x 64 t accumulators (2 x 8 m16n8 tiles) + eps into out: rows b0.., times t0.. (REV: reversed).
-template <bool REV>
-__device__ __forceinline__ void store_warp_tile(const float (&acc)[2][8][4], float* __restrict__ out, float e,
+// Half types: the two consecutive times of an accumulator pair as one 4-byte store when T is even (aligned).
+template <bool REV, typename E>
+__device__ __forceinline__ void store_warp_tile(const float (&acc)[2][8][4], E* __restrict__ out, float e,
                                                 long long b0, int t0, int grp, int tig, int c, int B, int C, int T) {
+  if constexpr (SplitTf32<E>::value) {
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const long long b = b0 + 16 * mt + grp + (x >= 2 ? 8 : 0);
-        const int t = t0 + 8 * j + 2 * tig + (x & 1);
-        if (b < B && t < T) out[(b * C + c) * (long long)T + (REV ? T - 1 - t : t)] = acc[mt][j][x] + e;
-      }
+        for (int x = 0; x < 4; ++x) {
+          const long long b = b0 + 16 * mt + grp + (x >= 2 ? 8 : 0);
+          const int t = t0 + 8 * j + 2 * tig + (x & 1);
+          if (b < B && t < T) out[(b * C + c) * (long long)T + (REV ? T - 1 - t : t)] = acc[mt][j][x] + e;
+        }
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // rows grp and grp + 8
+          const long long b = b0 + 16 * mt + grp + 8 * h;
+          const int t = t0 + 8 * j + 2 * tig;  // even: t and t + 1
+          if (b >= B || t >= T) continue;
+          E* orow = out + (b * C + c) * (long long)T;
+          const float v0 = acc[mt][j][2 * h] + e, v1 = acc[mt][j][2 * h + 1] + e;
+          if ((T & 1) == 0) {  // t + 1 < T, and the pair starts on an even element
+            if (REV)
+              store2(orow + T - 2 - t, v1, v0);
+            else
+              store2(orow + t, v0, v1);
+          } else {
+            orow[REV ? T - 1 - t : t] = cast<E>(v0);
+            if (t + 1 < T) orow[REV ? T - 2 - t : t + 1] = cast<E>(v1);
+          }
+        }
+  }
 }
 
+// E = half, bfloat16: one MMA a product, no lo arrays (E last, so float32's instance names stay as they were).
 // Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1 (T/256, B/32 <= 65535).
-template <Product P>
+template <Product P, typename E = float>
 __global__ void __launch_bounds__(TX_THREADS, 3)
-timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict__ k, long long sb, long long sc,
-             float* __restrict__ out, double eps, int B, int C, int T) {
-  constexpr bool REV = P == Product::grad_k;
+timex_tf32x3(const E* __restrict__ w, long long ldw, const E* __restrict__ k, long long sb, long long sc,
+             E* __restrict__ out, double eps, int B, int C, int T) {
+  constexpr bool REV = P == Product::grad_k, SPLIT = SplitTf32<E>::value;
   constexpr int BM = 32, TN = 256, KU = 32, KSU = KU + 4;  // k tile [b][u]: row 36 -> conflict-free A loads
   constexpr int NTAP = TN + KU;
   constexpr int NK = KU * BM / TX_THREADS;  // 8
   constexpr int NTP = (NTAP + TX_THREADS - 1) / TX_THREADS;
-  __shared__ unsigned khi[BM * KSU], klo[BM * KSU];
-  __shared__ unsigned thi[NTAP], tlo[NTAP];
+  __shared__ unsigned khi[BM * KSU], klo[SPLIT ? BM * KSU : 1];
+  __shared__ unsigned thi[NTAP], tlo[SPLIT ? NTAP : 1];
 
   const int c = blockIdx.x;
   const int t0 = (gridDim.y - 1 - blockIdx.y) * TN;
@@ -628,8 +661,8 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
   const int warp_tmax = t0 + (warp + 1) * 64 - 1;
   const int u_last = t0 + warp * 64 < T ? warp_tmax : -1;  // a warp wholly past T computes nothing
   const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
-  const float* krow0 = k + (long long)c * sc;
-  const float* wrow = w + (long long)c * ldw;
+  const E* krow0 = k + (long long)c * sc;
+  const E* wrow = w + (long long)c * ldw;
 
   float acc[2][8][4];
 #pragma unroll
@@ -646,13 +679,13 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
       const int idx = threadIdx.x + s * TX_THREADS;
       const long long b = b0 + idx / KU;
       const int u = u0 + idx % KU;
-      pk[s] = (b < B && u < T) ? krow0[b * sb + (REV ? T - 1 - u : u)] : 0.f;
+      pk[s] = (b < B && u < T) ? cast<float>(krow0[b * sb + (REV ? T - 1 - u : u)]) : 0.f;
     }
 #pragma unroll
     for (int s = 0; s < NTP; ++s) {
       const int i = threadIdx.x + s * TX_THREADS;
       const int d = t0 - u0 - (KU - 1) + i;
-      pt[s] = (i < NTAP && d >= 0 && d < T) ? wrow[T - 1 - d] : 0.f;
+      pt[s] = (i < NTAP && d >= 0 && d < T) ? cast<float>(wrow[T - 1 - d]) : 0.f;
     }
   };
   if (nchunks > 0) fetch(0);
@@ -662,17 +695,25 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
 #pragma unroll
     for (int s = 0; s < NK; ++s) {
       const int idx = threadIdx.x + s * TX_THREADS;
-      const unsigned hi = tf32_hi(pk[s]);
-      khi[(idx / KU) * KSU + idx % KU] = hi;
-      klo[(idx / KU) * KSU + idx % KU] = tf32_hi(pk[s] - __uint_as_float(hi));
+      if constexpr (SPLIT) {
+        const unsigned hi = tf32_hi(pk[s]);
+        khi[(idx / KU) * KSU + idx % KU] = hi;
+        klo[(idx / KU) * KSU + idx % KU] = tf32_hi(pk[s] - __uint_as_float(hi));
+      } else {
+        khi[(idx / KU) * KSU + idx % KU] = __float_as_uint(pk[s]);  // exact in TF32
+      }
     }
 #pragma unroll
     for (int s = 0; s < NTP; ++s) {
       const int i = threadIdx.x + s * TX_THREADS;
       if (i < NTAP) {
-        const unsigned hi = tf32_hi(pt[s]);
-        thi[i] = hi;
-        tlo[i] = tf32_hi(pt[s] - __uint_as_float(hi));
+        if constexpr (SPLIT) {
+          const unsigned hi = tf32_hi(pt[s]);
+          thi[i] = hi;
+          tlo[i] = tf32_hi(pt[s] - __uint_as_float(hi));
+        } else {
+          thi[i] = __float_as_uint(pt[s]);
+        }
       }
     }
     __syncthreads();
@@ -680,18 +721,20 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
     if (u0 > u_last) continue;  // warp-uniform: only zero taps left for this warp (or all its t >= T)
     // B fragments: n-tile j at k-step s uses m = j - s + 3 in [0, 11): taps at
     // i = 64*warp + 8*(j - s) + grp - tig + KU - 1 (b0) and i - 4 (b1).
-    unsigned bh[11][2], bl[11][2];
+    unsigned bh[11][2], bl[SPLIT ? 11 : 1][2];
 #pragma unroll
     for (int m = 0; m < 11; ++m) {
       const int i = warp * 64 + 8 * (m - 3) + grp - tig + KU - 1;
       bh[m][0] = thi[i];
       bh[m][1] = thi[i - 4];
-      bl[m][0] = tlo[i];
-      bl[m][1] = tlo[i - 4];
+      if constexpr (SPLIT) {
+        bl[m][0] = tlo[i];
+        bl[m][1] = tlo[i - 4];
+      }
     }
 #pragma unroll
     for (int s = 0; s < KU / 8; ++s) {
-      unsigned ah[2][4], al[2][4];
+      unsigned ah[2][4], al[SPLIT ? 2 : 1][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         const int r = (16 * mt + grp) * KSU + 8 * s + tig;
@@ -699,18 +742,22 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
         ah[mt][1] = khi[r + 8 * KSU];
         ah[mt][2] = khi[r + 4];
         ah[mt][3] = khi[r + 8 * KSU + 4];
-        al[mt][0] = klo[r];
-        al[mt][1] = klo[r + 8 * KSU];
-        al[mt][2] = klo[r + 4];
-        al[mt][3] = klo[r + 8 * KSU + 4];
+        if constexpr (SPLIT) {
+          al[mt][0] = klo[r];
+          al[mt][1] = klo[r + 8 * KSU];
+          al[mt][2] = klo[r + 4];
+          al[mt][3] = klo[r + 8 * KSU + 4];
+        }
       }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const int m = j - s + 3;
-          mma_tf32(acc[mt][j], al[mt], bh[m][0], bh[m][1]);
-          mma_tf32(acc[mt][j], ah[mt], bl[m][0], bl[m][1]);
+          if constexpr (SPLIT) {
+            mma_tf32(acc[mt][j], al[mt], bh[m][0], bh[m][1]);
+            mma_tf32(acc[mt][j], ah[mt], bl[m][0], bl[m][1]);
+          }
           mma_tf32(acc[mt][j], ah[mt], bh[m][0], bh[m][1]);
         }
     }
@@ -727,6 +774,8 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
 //   global loads 4 rows x 8 consecutive u (whole 32-byte sectors).
 // - taps: P[i] = (hi f[i], hi f[i-4], lo f[i], lo f[i-4]) of the chunk's window: one 16-byte load is both
 //   halves of a B fragment (b0 at i, b1 at i-4), split once at staging.
+// Half types (E = half, bfloat16): the values converted to float (exact in TF32) are the fragments: no Alo, taps
+// P[i] = (f[i], f[i-4]) (8 bytes), one MMA a tile; 12800 bytes of shared memory instead of 25600.
 // Two shared buffers, so one barrier per chunk (the next chunk is stored after this one's MMAs).
 // Warp w takes the 64-t slice w, as timex_tf32x3 (roles rotated with the channel, to spread the heavy late-t
 // slices over the SM sub-partitions, measured 1-4% slower: H200, 845ec6b and 9c6ece6).
@@ -741,46 +790,55 @@ timex_tf32x3(const float* __restrict__ w, long long ldw, const float* __restrict
 
 // One 32-u chunk of timex_tf32x3f's MMAs for one warp. D = -1: the whole chunk; D = 0 / 1: the slice's
 // diagonal chunk at ts + 32 D, n-tiles j < 4D + s skipped and B fragments below m = 4D + 3 not loaded.
-// tp: the chunk's tap pairs from this warp's first fragment (m = 0); a_hi / a_lo: the k tile's fragments.
-template <int D>
-__device__ __forceinline__ void tf32x3f_chunk(float (&acc)[2][8][4], const uint4* tp, const unsigned* a_hi,
-                                              const unsigned* a_lo, int lane) {
+// tp: the chunk's tap pairs from this warp's first fragment (m = 0); a_hi / a_lo: the k tile's fragments
+// (SPLIT false: a_lo unused, one MMA a tile).
+template <bool SPLIT> struct TapPair { typedef uint4 type; };  // (hi f[i], hi f[i-4], lo f[i], lo f[i-4])
+template <> struct TapPair<false> { typedef uint2 type; };     // (f[i], f[i-4]), exact in TF32
+template <int D, bool SPLIT>
+__device__ __forceinline__ void tf32x3f_chunk(float (&acc)[2][8][4], const typename TapPair<SPLIT>::type* tp,
+                                              const unsigned* a_hi, const unsigned* a_lo, int lane) {
+  typedef typename TapPair<SPLIT>::type TP;
   constexpr int M0 = D < 0 ? 0 : 4 * D + 3;
   // B fragments: n-tile j at k-step s uses m = j - s + 3 in [0, 11): taps at i (b0) and i - 4 (b1)
-  uint4 bf[11];
+  TP bf[11];
 #pragma unroll
   for (int m = M0; m < 11; ++m) bf[m] = tp[8 * m];
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    uint4 ah[2], al[2];
+    uint4 ah[2], al[SPLIT ? 2 : 1];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       ah[mt] = reinterpret_cast<const uint4*>(a_hi)[(s * 2 + mt) * 32 + lane];
-      al[mt] = reinterpret_cast<const uint4*>(a_lo)[(s * 2 + mt) * 32 + lane];
+      if constexpr (SPLIT) al[mt] = reinterpret_cast<const uint4*>(a_lo)[(s * 2 + mt) * 32 + lane];
     }
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int j = D < 0 ? 0 : 4 * D + s; j < 8; ++j) {
-        const uint4 b = bf[j - s + 3];
-        mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&al[mt]), b.x, b.y);
-        mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.z, b.w);
+        const TP b = bf[j - s + 3];
+        if constexpr (SPLIT) {
+          mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&al[mt]), b.x, b.y);
+          mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.z, b.w);
+        }
         mma_tf32(acc[mt][j], reinterpret_cast<const unsigned*>(&ah[mt]), b.x, b.y);
       }
   }
 }
 
+// E last (default float): float32's instance names are those of the float32-only kernel.
 // Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1 (T/256, B/32 <= 65535).
-template <Product P, Diagonal DIAG>
+template <Product P, Diagonal DIAG, typename E = float>
 __global__ void __launch_bounds__(TX_THREADS, 3)
-timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restrict__ k, long long sb, long long sc,
-              float* __restrict__ out, double eps, int B, int C, int T) {
+timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, long long sb, long long sc,
+              E* __restrict__ out, double eps, int B, int C, int T) {
   constexpr bool REV = P == Product::grad_k, TRI = DIAG == Diagonal::skip_zero_tiles;
+  constexpr bool SPLIT = SplitTf32<E>::value;
+  typedef typename TapPair<SPLIT>::type TP;
   constexpr int BM = 32, TN = 256, KU = 32, NTAP = TN + KU;
   constexpr int NK = KU * BM / TX_THREADS;  // 8 k values per thread per chunk
   constexpr int NTP = (NTAP + TX_THREADS - 1) / TX_THREADS;  // 3 tap entries per thread
-  __shared__ __align__(16) unsigned ahi[2][KU * BM], alo[2][KU * BM];
-  __shared__ __align__(16) uint4 tp[2][NTAP];
+  __shared__ __align__(16) unsigned ahi[2][KU * BM], alo[2][SPLIT ? KU * BM : 4];
+  __shared__ __align__(16) TP tp[2][NTAP];
 
   const int c = blockIdx.x;
   const int t0 = (gridDim.y - 1 - blockIdx.y) * TN;
@@ -791,7 +849,7 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
   const int ts = t0 + role * 64;             // the slice's first time
   const int u_last = ts < T ? ts + 63 : -1;  // a slice wholly past T computes nothing
   const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
-  const float* wrow = w + (long long)c * ldw;
+  const E* wrow = w + (long long)c * ldw;
 
 
   // staged element q of this thread: fragment word x + 128 q = ((s*2 + mt)*32 + l)*4 + e with l = x/4, e = x%4,
@@ -799,8 +857,8 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
   const int sx = threadIdx.x, sl = sx >> 2, se = sx & 3;
   const long long br = b0 + (sl >> 2) + 8 * (se & 1);  // row of mt = 0 (mt = 1: +16)
   const int uq = (sl & 3) + 4 * (se >> 1);             // u offset of s = 0 (s: +8 s)
-  const float* kr0 = k + (long long)c * sc + br * sb;
-  const float* kr1 = kr0 + 16 * sb;
+  const E* kr0 = k + (long long)c * sc + br * sb;
+  const E* kr1 = kr0 + 16 * sb;
   const bool ok0 = br < B, ok1 = br + 16 < B;
 
   float acc[2][8][4];
@@ -812,13 +870,13 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
       for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
 
   float pk[NK], pt[NTP][2];
-  auto tap = [&](int d) { return (d >= 0 && d < T) ? wrow[T - 1 - d] : 0.f; };
+  auto tap = [&](int d) { return (d >= 0 && d < T) ? cast<float>(wrow[T - 1 - d]) : 0.f; };
   auto fetch = [&](int u0) {
 #pragma unroll
     for (int q = 0; q < NK; ++q) {
       const int u = u0 + 8 * (q >> 1) + uq;
       const int ui = REV ? T - 1 - u : u;
-      pk[q] = ((q & 1 ? ok1 : ok0) && u < T) ? (q & 1 ? kr1 : kr0)[ui] : 0.f;
+      pk[q] = ((q & 1 ? ok1 : ok0) && u < T) ? cast<float>((q & 1 ? kr1 : kr0)[ui]) : 0.f;
     }
 #pragma unroll
     for (int q = 0; q < NTP; ++q) {
@@ -830,16 +888,25 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
   auto stage = [&](int buf) {
 #pragma unroll
     for (int q = 0; q < NK; ++q) {
-      const unsigned hi = tf32_hi(pk[q]);
-      ahi[buf][sx + q * TX_THREADS] = hi;
-      alo[buf][sx + q * TX_THREADS] = tf32_hi(pk[q] - __uint_as_float(hi));
+      if constexpr (SPLIT) {
+        const unsigned hi = tf32_hi(pk[q]);
+        ahi[buf][sx + q * TX_THREADS] = hi;
+        alo[buf][sx + q * TX_THREADS] = tf32_hi(pk[q] - __uint_as_float(hi));
+      } else {
+        ahi[buf][sx + q * TX_THREADS] = __float_as_uint(pk[q]);
+      }
     }
 #pragma unroll
     for (int q = 0; q < NTP; ++q) {
       const int i = threadIdx.x + q * TX_THREADS;
       if (NTAP % TX_THREADS == 0 || i < NTAP) {
-        const unsigned h0 = tf32_hi(pt[q][0]), h1 = tf32_hi(pt[q][1]);
-        tp[buf][i] = make_uint4(h0, h1, tf32_hi(pt[q][0] - __uint_as_float(h0)), tf32_hi(pt[q][1] - __uint_as_float(h1)));
+        if constexpr (SPLIT) {
+          const unsigned h0 = tf32_hi(pt[q][0]), h1 = tf32_hi(pt[q][1]);
+          tp[buf][i] = make_uint4(h0, h1, tf32_hi(pt[q][0] - __uint_as_float(h0)),
+                                  tf32_hi(pt[q][1] - __uint_as_float(h1)));
+        } else {
+          tp[buf][i] = make_uint2(__float_as_uint(pt[q][0]), __float_as_uint(pt[q][1]));
+        }
       }
     }
   };
@@ -852,13 +919,13 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
     const int u0 = ch * KU, buf = ch & 1;
     if (ch + 1 < nchunks) fetch(u0 + KU);  // in flight while this chunk is multiplied
     if (u0 <= u_last) {  // warp-uniform: else only zero taps left for this slice (or all its t >= T)
-      const uint4* tpw = tp[buf] + role * 64 - 24 + grp - tig + KU - 1;  // fragment m at tpw[8 m]
+      const TP* tpw = tp[buf] + role * 64 - 24 + grp - tig + KU - 1;  // fragment m at tpw[8 m]
       if (!TRI || u0 < ts)
-        tf32x3f_chunk<-1>(acc, tpw, ahi[buf], alo[buf], lane);
+        tf32x3f_chunk<-1, SPLIT>(acc, tpw, ahi[buf], alo[buf], lane);
       else if (u0 == ts)
-        tf32x3f_chunk<0>(acc, tpw, ahi[buf], alo[buf], lane);
+        tf32x3f_chunk<0, SPLIT>(acc, tpw, ahi[buf], alo[buf], lane);
       else
-        tf32x3f_chunk<1>(acc, tpw, ahi[buf], alo[buf], lane);
+        tf32x3f_chunk<1, SPLIT>(acc, tpw, ahi[buf], alo[buf], lane);
     }
     if (ch + 1 < nchunks) stage(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
     __syncthreads();
@@ -867,12 +934,12 @@ timex_tf32x3f(const float* __restrict__ w, long long ldw, const float* __restric
   store_warp_tile<REV>(acc, out, (float)eps, b0, ts, grp, tig, c, B, C, T);
 }
 
-// ---- grad_w on the tensor cores: diagonal bands (variant "tf32x3", float32 only; auto where faster) ---
+// ---- grad_w on the tensor cores: diagonal bands (variant "tf32x3", all but float64; auto where faster) -
 constexpr int TXB = 64;  // band tile of the tensor-core grad_w
 // grad_f[c,d] = sum_b sum_t' k[b,t'] g[b,t'+d]. Cut t' = p0+i and t = p0+delta+j with p0, delta multiples of
 // 64 and i, j in [0,64): the band sum ACC[i,j] = sum_{b,p0} k[b,p0+i] g[b,p0+delta+j] is a plain 64 x 64
 // GEMM over K = (b, p0), and each pair (t', t >= t') falls in exactly one band, on the diagonal
-// j - i = d - delta. A block computes bands of one channel with the 3-MMA split of timex_tf32x3 and sums
+// j - i = d - delta. A block computes bands of one channel with timex_tf32x3's MMAs (3 or 1 a tile) and sums
 // its accumulators along the 127 diagonals into ws[c][band][63 + j - i] (fixed order); timex_grad_w_bands
 // then adds the two bands that hold each lag. Deterministic, no float atomics, workspace ~2*C*T floats.
 // Rows past B*np and times past T are zeros. Blocks run channel group by channel group (16 channels, all
@@ -889,22 +956,25 @@ constexpr int TXB = 64;  // band tile of the tensor-core grad_w
 // Warp (wm, wn) owns i in [32wm, 32wm+32) x j in [32NB wn, 32NB (wn+1)). A thread stages rows 2(tid/16) and
 // 2(tid/16)+1 of each 16-row chunk (one (b, p) counter pair each, no divisions in the loop).
 // Loads::vec2: 2-element global loads (T, strides and pointers even).
+// E = half, bfloat16 (last, so float32's names stay): values converted to float are exact in TF32: no lo
+// operands (staging half the size; the epilogue tile still sets the shared memory), one MMA a tile.
 // Launch: 1-D grid of C*ceil(ceil(T/64)/NB) blocks of 128; any B, C, T >= 1 (C, B * ceil(T/64) < 2^31).
-template <int NB, Loads L>
+template <int NB, Loads L, typename E = float>
 __global__ void __launch_bounds__(TX_THREADS, NB == 1 ? 4 : 3)
-timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, const float* __restrict__ g,
+timex_grad_w_frag(const E* __restrict__ k, long long ksb, long long ksc, const E* __restrict__ g,
                   long long gsb, long long gsc, float* __restrict__ ws, int B, int C, int T) {
-  constexpr bool VEC = L == Loads::vec2;
+  constexpr bool VEC = L == Loads::vec2, SPLIT = SplitTf32<E>::value;
+  constexpr int PARTS = SPLIT ? 2 : 1;            // staged operands: hi and lo, or the exact value
   static_assert(L != Loads::vec4, "timex_grad_w_frag loads by 2 elements or by one");
   constexpr int KC = 16, KP = KC / 2;             // K rows per chunk, row pairs
   constexpr int SA = TXB * 2 + 8, SB = TXB * NB * 2 + 8;  // floats per row pair (2 rows + pad)
   constexpr int NA = TXB / 2 / 16, NG = TXB * NB / 2 / 16;  // 2-column groups per thread per row
   constexpr int SE = TXB + 1;                     // epilogue tile row
-  constexpr int STAGE = 2 * KP * (SA + SB), EPI = NB * TXB * SE;
+  constexpr int STAGE = PARTS * KP * (SA + SB), EPI = NB * TXB * SE;
   __shared__ __align__(16) float sm[STAGE > EPI ? STAGE : EPI];
   float* const ahi = sm;
-  float* const alo = ahi + KP * SA;
-  float* const bhi = alo + KP * SA;
+  float* const alo = ahi + KP * SA;  // SPLIT only, as blo
+  float* const bhi = ahi + PARTS * KP * SA;
   float* const blo = bhi + KP * SB;
 
   const int nt = (T + TXB - 1) / TXB, npair = (nt + NB - 1) / NB;
@@ -916,8 +986,8 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
   const int band0 = (r_in / gsz) * NB;             // the long bands first
   const int np = nt - band0;                       // tiles p with p*64 + delta0 < T
   const int nchunks = (B * np + KC - 1) / KC;
-  const float* k0 = k + (long long)c * ksc;
-  const float* g0 = g + (long long)c * gsc + band0 * TXB;
+  const E* k0 = k + (long long)c * ksc;
+  const E* g0 = g + (long long)c * gsc + band0 * TXB;
   const int glim = T - band0 * TXB;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int grp = lane >> 2, tig = lane & 3;
@@ -936,22 +1006,26 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
 #pragma unroll
   for (int h = 0; h < 2; ++h) rb[h] = (2 * kp + h) / np, rp[h] = (2 * kp + h) % np;
   float pa[2][NA][2], pg[2][NG][2];  // [row][group][2 columns]
-  auto load2 = [&](float* dst, const float* row, int t, int lim) {  // row[t], row[t+1], zeros at >= lim
+  auto load2 = [&](float* dst, const E* row, int t, int lim) {  // row[t], row[t+1], zeros at >= lim
     if constexpr (VEC) {
       float2 v = make_float2(0.f, 0.f);
-      if (t < lim) v = *reinterpret_cast<const float2*>(row + t);
+      if constexpr (SPLIT) {
+        if (t < lim) v = *reinterpret_cast<const float2*>(row + t);
+      } else {
+        if (t < lim) v = unpack2<E>(*reinterpret_cast<const unsigned*>(row + t));
+      }
       dst[0] = v.x, dst[1] = v.y;
     } else {
-      dst[0] = t < lim ? row[t] : 0.f;
-      dst[1] = t + 1 < lim ? row[t + 1] : 0.f;
+      dst[0] = t < lim ? cast<float>(row[t]) : 0.f;
+      dst[1] = t + 1 < lim ? cast<float>(row[t + 1]) : 0.f;
     }
   };
   auto fetch = [&]() {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const bool ok = rb[h] < B;
-      const float* kr = k0 + (long long)rb[h] * ksb + rp[h] * TXB;
-      const float* gr = g0 + (long long)rb[h] * gsb + rp[h] * TXB;
+      const E* kr = k0 + (long long)rb[h] * ksb + rp[h] * TXB;
+      const E* gr = g0 + (long long)rb[h] * gsb + rp[h] * TXB;
       const int klim = ok ? T - rp[h] * TXB : 0, glim_r = ok ? glim - rp[h] * TXB : 0;
 #pragma unroll
       for (int s = 0; s < NA; ++s) load2(pa[h][s], kr, 2 * (col + 16 * s), klim);
@@ -972,50 +1046,60 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
     __syncthreads();  // the previous chunk's fragments are read
 #pragma unroll
     for (int s = 0; s < NA; ++s) {  // A: (i even, h0), (i odd, h0), (i even, h1), (i odd, h1)
-      uint4 hv, lv;
-      hv.x = split(pa[0][s][0], lv.x), hv.y = split(pa[0][s][1], lv.y);
-      hv.z = split(pa[1][s][0], lv.z), hv.w = split(pa[1][s][1], lv.w);
       const int o = kp * SA + 4 * (col + 16 * s);
-      *reinterpret_cast<uint4*>(ahi + o) = hv;
-      *reinterpret_cast<uint4*>(alo + o) = lv;
+      if constexpr (SPLIT) {
+        uint4 hv, lv;
+        hv.x = split(pa[0][s][0], lv.x), hv.y = split(pa[0][s][1], lv.y);
+        hv.z = split(pa[1][s][0], lv.z), hv.w = split(pa[1][s][1], lv.w);
+        *reinterpret_cast<uint4*>(ahi + o) = hv;
+        *reinterpret_cast<uint4*>(alo + o) = lv;
+      } else {
+        *reinterpret_cast<float4*>(ahi + o) = make_float4(pa[0][s][0], pa[0][s][1], pa[1][s][0], pa[1][s][1]);
+      }
     }
 #pragma unroll
     for (int s = 0; s < NG; ++s) {  // B: (j even, h0), (j even, h1), (j odd, h0), (j odd, h1)
-      uint4 hv, lv;
-      hv.x = split(pg[0][s][0], lv.x), hv.y = split(pg[1][s][0], lv.y);
-      hv.z = split(pg[0][s][1], lv.z), hv.w = split(pg[1][s][1], lv.w);
       const int o = kp * SB + 4 * (col + 16 * s);
-      *reinterpret_cast<uint4*>(bhi + o) = hv;
-      *reinterpret_cast<uint4*>(blo + o) = lv;
+      if constexpr (SPLIT) {
+        uint4 hv, lv;
+        hv.x = split(pg[0][s][0], lv.x), hv.y = split(pg[1][s][0], lv.y);
+        hv.z = split(pg[0][s][1], lv.z), hv.w = split(pg[1][s][1], lv.w);
+        *reinterpret_cast<uint4*>(bhi + o) = hv;
+        *reinterpret_cast<uint4*>(blo + o) = lv;
+      } else {
+        *reinterpret_cast<float4*>(bhi + o) = make_float4(pg[0][s][0], pg[1][s][0], pg[0][s][1], pg[1][s][1]);
+      }
     }
     __syncthreads();
     if (ch + 1 < nchunks) fetch();  // in flight while this chunk is multiplied
 #pragma unroll
     for (int st = 0; st < KC / 8; ++st) {
       const int q = 4 * st + tig;  // row pair of this k-step's fragments
-      uint4 ah[2], al[2], bh[2 * NB], bl[2 * NB];
+      uint4 ah[2], al[SPLIT ? 2 : 1], bh[2 * NB], bl[SPLIT ? 2 * NB : 1];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         const int o = q * SA + 4 * (8 * (2 * wm + mt) + grp);
         ah[mt] = *reinterpret_cast<const uint4*>(ahi + o);
-        al[mt] = *reinterpret_cast<const uint4*>(alo + o);
+        if constexpr (SPLIT) al[mt] = *reinterpret_cast<const uint4*>(alo + o);
       }
 #pragma unroll
       for (int p = 0; p < 2 * NB; ++p) {
         const int o = q * SB + 4 * (16 * NB * wn + 8 * p + grp);
         bh[p] = *reinterpret_cast<const uint4*>(bhi + o);
-        bl[p] = *reinterpret_cast<const uint4*>(blo + o);
+        if constexpr (SPLIT) bl[p] = *reinterpret_cast<const uint4*>(blo + o);
       }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int n = 0; n < 4 * NB; ++n) {  // n-tile n = pair n/2, tile n%2: b0, b1 = (x, y) or (z, w)
           const unsigned* a_h = &ah[mt].x;
-          const unsigned* a_l = &al[mt].x;
           const unsigned* b_h = &bh[n / 2].x + 2 * (n % 2);
-          const unsigned* b_l = &bl[n / 2].x + 2 * (n % 2);
-          mma_tf32(acc[mt][n], a_l, b_h[0], b_h[1]);
-          mma_tf32(acc[mt][n], a_h, b_l[0], b_l[1]);
+          if constexpr (SPLIT) {
+            const unsigned* a_l = &al[mt].x;
+            const unsigned* b_l = &bl[n / 2].x + 2 * (n % 2);
+            mma_tf32(acc[mt][n], a_l, b_h[0], b_h[1]);
+            mma_tf32(acc[mt][n], a_h, b_l[0], b_l[1]);
+          }
           mma_tf32(acc[mt][n], a_h, b_h[0], b_h[1]);
         }
     }
@@ -1050,9 +1134,10 @@ timex_grad_w_frag(const float* __restrict__ k, long long ksb, long long ksc, con
 }
 
 // grad_w[c, T-1-d] for d = 64L + r: diagonal r of band L plus diagonal r - 64 of band L+1 (when r > 0), from
-// ws as timex_grad_w_frag writes it.
+// ws as timex_grad_w_frag writes it (float32), rounded once to E.
 // Launch: 1-D grid-stride loop over C*T, any block size; any C, T >= 1.
-__global__ void timex_grad_w_bands(const float* __restrict__ ws, float* __restrict__ gw, int C, int T) {
+template <typename E>
+__global__ void timex_grad_w_bands(const float* __restrict__ ws, E* __restrict__ gw, int C, int T) {
   const int nt = (T + TXB - 1) / TXB;
   const long long n = (long long)C * T;
   for (long long x = blockIdx.x * (long long)blockDim.x + threadIdx.x; x < n; x += (long long)gridDim.x * blockDim.x) {
@@ -1061,6 +1146,6 @@ __global__ void timex_grad_w_bands(const float* __restrict__ ws, float* __restri
     const float* wc = ws + c * nt * (2 * TXB);
     float s = wc[L * (2 * TXB) + TXB - 1 + r];
     if (r > 0 && L + 1 < nt) s += wc[(L + 1) * (2 * TXB) + r - 1];
-    gw[x] = s;
+    gw[x] = cast<E>(s);
   }
 }

@@ -136,7 +136,7 @@ def test_grad_w_frag_emulated(shape):
 # ---- dispatch rules (CPU) -----------------------------------------------------------------------------
 
 
-def test_auto_takes_tf32x3_only_for_float32_where_measured_faster_and_t_up_to_1024():
+def test_auto_takes_the_tensor_cores_where_measured_faster_and_accurate():
     assert tx.tf32x3_auto("float32", 32, 768) and tx.tf32x3_auto("float32", 16, 256)
     assert tx.tf32x3_auto("float32", 33, 1024) and tx.tf32x3_auto("float32", 384, 64, "grad_w")
     assert tx.tf32x3_auto("float32", 1, 1, "grad_w") and not tx.tf32x3_auto("float32", 384, 64)
@@ -145,8 +145,15 @@ def test_auto_takes_tf32x3_only_for_float32_where_measured_faster_and_t_up_to_10
     assert not tx.tf32x3_auto("float32", 11, 768) and not tx.tf32x3_auto("float32", 32, 1025)
     assert not tx.tf32x3_auto("float32", 192, 127)
     assert not tx.tf32x3_auto("float32", 33, 2048, "grad_w") and not tx.tf32x3_auto("float32", 2, 2049, "grad_w")
-    assert not any(tx.tf32x3_auto(dt, 64, 768, kern) for dt in ("float16", "bfloat16", "float64")
-                   for kern in ("toeplitz", "grad_w"))
+    # float16 / bfloat16 (exact products): float32's B and T thresholds, none of its upper bounds on T and B*T
+    for dt in ("float16", "bfloat16"):
+        assert tx.tf32x3_auto(dt, 32, 768) and tx.tf32x3_auto(dt, 12, 128) and tx.tf32x3_auto(dt, 12, 4096)
+        assert tx.tf32x3_auto(dt, 33, 16384) and tx.tf32x3_auto(dt, 1000, 1025)
+        assert not tx.tf32x3_auto(dt, 11, 768) and not tx.tf32x3_auto(dt, 384, 127)
+        assert not tx.tf32x3_auto(dt, 12, 256 * 65535 + 1)  # past the tensor-core grid: the SIMT kernels
+        assert tx.tf32x3_auto(dt, 1, 1, "grad_w") and tx.tf32x3_auto(dt, 33, 2048, "grad_w")
+        assert tx.tf32x3_auto(dt, 2, 2049, "grad_w") and tx.tf32x3_auto(dt, 64, 65536, "grad_w")
+    assert not any(tx.tf32x3_auto("float64", 64, 768, kern) for kern in ("toeplitz", "grad_w"))
     assert tx.backward_variant("auto") == "auto" and tx.backward_variant("tf32x3") == "tf32x3"
     assert tx.backward_variant("tf32x3_full") == "tf32x3" and tx.backward_variant("tf32x3_scalar") == "tf32x3"
     assert tx.backward_variant("balanced") == "tiled" and tx.backward_variant("tiled_b8") == "tiled"
@@ -159,6 +166,7 @@ def test_tuning_overrides_the_rules():
     with tuned(tx, tf32x3_min_b=64, tf32x3_grad_w_max_t=512):
         assert not tx.tf32x3_auto("float32", 32, 768) and tx.tf32x3_auto("float32", 64, 768)
         assert not tx.tf32x3_auto("float32", 1, 1024, "grad_w")
+        assert not tx.tf32x3_auto("bfloat16", 32, 768) and tx.tf32x3_auto("float16", 64, 768)
     with tuned(tx, tiled_cost=(("b32", 1.0), ("b8", 0.5), ("b2", 1.2))):
         assert tx.choose_tiled("float32", 8) == "b8"
     assert tx.tf32x3_auto("float32", 32, 768) and tx.choose_tiled("float32", 8) == "b2"
@@ -273,7 +281,7 @@ def test_every_declared_instance_is_launched_by_a_variant(offline):
                     except ValueError:
                         pass
     assert planned == set(tx.SOURCE.names)
-    assert len(tx.SOURCE.names) == 65
+    assert len(tx.SOURCE.names) == 79
 
 
 def test_planned_launches(offline):
@@ -289,23 +297,35 @@ def test_planned_launches(offline):
     assert (args[1], args[3], args[4], args[6], args[7:]) == (64, 4096, 64, 0.5, (1, 64, 64))
     bw = record_backward("auto", "float32", (1, 64, 64))
     assert names(bw) == ["timex_tiled<float, TiledTile<2, 8, 1>, Product::grad_k, Loads::vec4>",
-                         "timex_grad_w_frag<2, Loads::vec2>", "timex_grad_w_bands"]
+                         "timex_grad_w_frag<2, Loads::vec2>", "timex_grad_w_bands<float>"]
     assert len(bw.workspaces) == 1 and bw.workspaces[0].nbytes == 64 * 1 * 128 * 4
     assert bw.launches[1][3][6] is bw.workspaces[0] and bw.launches[2][3][0] is bw.workspaces[0]
     # only the gradient asked for
     assert names(record_backward("auto", "float32", (1, 64, 64), need_w=False)) == names(bw)[:1]
     only_w = record_backward("auto", "float32", (1, 64, 64), need_k=False)
     assert names(only_w) == names(bw)[1:]
-    # the large-batch shapes: tensor cores for float32, the 32-row tile for the half types
+    # the large-batch shapes: tensor cores, float32's names without an element type, the half types' with theirs
     assert names(record_forward("auto", "float32", (32, 4, 768))) == [
         "timex_tf32x3f<Product::forward, Diagonal::skip_zero_tiles>"]
     assert names(record_backward("auto", "float32", (32, 4, 768)))[0] == (
         "timex_tf32x3f<Product::grad_k, Diagonal::skip_zero_tiles>")
-    assert names(record_forward("auto", "bfloat16", (32, 4, 768))) == [
-        "timex_tiled<bfloat16, TiledTile<8, 8, 4>, Product::forward, Loads::vec4>"]
-    assert names(record_backward("auto", "float16", (32, 4, 768))) == [
-        "timex_tiled<half, TiledTile<8, 8, 4>, Product::grad_k, Loads::vec4>",
-        "timex_grad_w<half, LagTile<16, 16, 4>, Loads::vec4>"]
+    half_fwd = record_forward("auto", "bfloat16", (32, 4, 768))
+    (name, grid, block, args, smem), = half_fwd.launches
+    assert name == "timex_tf32x3f<Product::forward, Diagonal::skip_zero_tiles, bfloat16>"
+    assert grid == (4, 3, 1) and block == 128 and smem == 0 and args[6] == 0.5
+    half_bw = record_backward("auto", "float16", (32, 4, 768))
+    assert names(half_bw) == ["timex_tf32x3f<Product::grad_k, Diagonal::skip_zero_tiles, half>",
+                              "timex_grad_w_frag<2, Loads::vec2, half>", "timex_grad_w_bands<half>"]
+    assert len(half_bw.workspaces) == 1 and half_bw.workspaces[0].nbytes == 4 * 12 * 128 * 4  # float32 bands
+    # past float32's T bound and on odd rows: still the tensor cores (scalar loads for grad_w)
+    assert names(record_backward("auto", "bfloat16", (12, 2, 4097), align=2)) == [
+        "timex_tf32x3f<Product::grad_k, Diagonal::skip_zero_tiles, bfloat16>",
+        "timex_grad_w_frag<2, Loads::scalar, bfloat16>", "timex_grad_w_bands<bfloat16>"]
+    # below the batch threshold: the SIMT tile for forward and grad_k, grad_w on the tensor cores at any B
+    assert names(record_backward("auto", "float16", (8, 4, 768))) == [
+        "timex_tiled<half, TiledTile<2, 8, 1>, Product::grad_k, Loads::vec4>",
+        "timex_grad_w_frag<2, Loads::vec2, half>", "timex_grad_w_bands<half>"]
+    assert names(record_forward("tf32x3_scalar", "float16", (2, 1, 8))) == ["timex_tf32x3<Product::forward, half>"]
     # rows not on 4-element boundaries: scalar loads (pointer, or a batch stride)
     assert names(record_forward("auto", "float32", (1, 64, 64), align=4))[0].endswith("Loads::scalar>")
     assert names(record_forward("auto", "float32", (1, 64, 64), strides=(4098, 64)))[0].endswith("Loads::scalar>")
@@ -323,11 +343,11 @@ def test_variants_outside_their_limits_raise(offline):
     for variant, dtype, shape in [("shared", "float32", (1, 1, 1025)), ("float4", "float32", (1, 1, 6)),
                                   ("batch8", "float32", (12, 1, 64)), ("balanced", "float32", (8, 1, 36)),
                                   ("batch8", "float16", (8, 1, 64)), ("tiled_b32", "float64", (1, 1, 8)),
-                                  ("tf32x3", "bfloat16", (2, 1, 8))]:
+                                  ("tf32x3", "float64", (2, 1, 8)), ("tf32x3_full", "float64", (2, 1, 8))]:
         with pytest.raises(ValueError, match="variant|ladder rung"):
             record_forward(variant, dtype, shape)
-    with pytest.raises(ValueError, match="variant 'tf32x3'"):
-        record_backward("tf32x3", "float16", (2, 1, 8))
+    with pytest.raises(ValueError, match="variant 'tf32x3' .* takes float32, float16, bfloat16; got float64"):
+        record_backward("tf32x3", "float64", (2, 1, 8))
     with pytest.raises(ValueError, match="beyond this kernel's grid"):
         record_forward("tiled_b2", "float32", (65536 * 2 + 1, 1, 8))
 
@@ -486,7 +506,7 @@ def test_host_path_backward(stub_driver):
     grad_k, bands, combine = calls
     assert grad_k[0] == "timex_tiled<float, TiledTile<2, 8, 1>, Product::grad_k, Loads::vec4>"
     assert grad_k[1][:5] == [w.data_ptr(), k.data_ptr(), g.data_ptr(), gw.data_ptr(), gk.data_ptr()]
-    assert bands[0] == "timex_grad_w_frag<2, Loads::vec2>" and combine[0] == "timex_grad_w_bands"
+    assert bands[0] == "timex_grad_w_frag<2, Loads::vec2>" and combine[0] == "timex_grad_w_bands<float>"
     assert bands[1][5] == combine[1][5] == stub_driver.allocs[-1]  # the workspace, from the caller's allocator
     calls.clear()
     gw, gk = tx.timex_backward_impl(w, k, g, "auto", need_w=False)
@@ -504,7 +524,7 @@ def test_torch_autograd_wiring(stub_driver):
     assert [c[0] for c in calls] == ["timex_tiled<float, TiledTile<2, 8, 1>, Product::forward, Loads::vec4>"]
     calls.clear()
     out.backward(torch.ones_like(out))  # grad_w only: the bands and their combine, no grad_k
-    assert [c[0] for c in calls] == ["timex_grad_w_frag<2, Loads::vec2>", "timex_grad_w_bands"]
+    assert [c[0] for c in calls] == ["timex_grad_w_frag<2, Loads::vec2>", "timex_grad_w_bands<float>"]
     assert w.grad.shape == (64, 64) and k.grad is None
     calls.clear()
     with torch.no_grad():
@@ -595,6 +615,26 @@ def grad_err(got, want, w, k, g, i):
     return diff / max(np.linalg.norm(want), np.linalg.norm(scale))
 
 
+# float16 / bfloat16 on the tensor cores: every value is exact in TF32, so each product is exact and the sums are
+# float32; the one rounding to the dtype at the end bounds the error by the dtype's unit roundoff (2^-11, 2^-8),
+# the float32 sums add ~1e-5 at most.
+HALF_TC_TOL = {"float16": 2.0**-11 + 2e-5, "bfloat16": 2.0**-8 + 2e-5}
+# ... and that rounding is the reference's own but next to a rounding boundary: the share of elements that differ
+# from the float64 reference rounded to the dtype (a few percent from the float32 sums, float16's finer grid more;
+# a partial sum rounded to the dtype first, or TF32-sized errors, move over a quarter).
+HALF_TC_MOVED = {"float16": 0.2, "bfloat16": 0.1}
+
+
+def check_half_exact(got, want, dtype, err, what):
+    """A half-type tensor-core result against its float64 reference: `err` (its relative error) within one rounding
+    to the dtype, and almost every element the reference rounded to the dtype."""
+    assert err <= HALF_TC_TOL[dtype], f"{what} {dtype}: rel err {err:.3g}"
+    got = to_f64(got)
+    moved = np.count_nonzero(got != rounded(want, dtype))
+    assert moved <= HALF_TC_MOVED[dtype] * got.size + 2, (
+        f"{what} {dtype}: {moved} of {got.size} elements off the rounded reference")
+
+
 def run_plan(plan_fn, arrays, poison_workspaces=True):
     """Plan `plan_fn(builder, *buffers)` over CuPy arrays (in order) and run it once on the current stream."""
     import cupy
@@ -662,7 +702,7 @@ def test_article_ladder(variant, shapes, poison):
 @pytest.mark.parametrize("variant,shape,dtype", [
     ("shared", (1, 1, 1025), "float32"), ("float4", (1, 1, 6), "float32"), ("batch8", (12, 1, 64), "float32"),
     ("balanced", (8, 1, 36), "float32"), ("batch8", (8, 1, 64), "float16"), ("tiled_b32", (1, 1, 8), "float64"),
-    ("tf32x3", (2, 1, 8), "bfloat16"),
+    ("tf32x3", (2, 1, 8), "float64"),
 ])
 def test_ladder_preconditions_raise(variant, shape, dtype):
     r = rng()
@@ -695,19 +735,19 @@ def test_tf32x3_split_precision_accuracy(shape, poison):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", tx.TENSOR_CORE_DTYPES)
 @pytest.mark.parametrize("variant", list(tx.TOEPLITZ_TF32X3))
-def test_toeplitz_tf32x3_kernels_both_directions(variant):
+def test_toeplitz_tf32x3_kernels_both_directions(variant, dtype):
     """Each compiled Toeplitz tf32x3 kernel (tf32x3: both directions; tf32x3_full, tf32x3_scalar: forward), on
-    fresh inputs against float64; outputs NaN-poisoned; bit-identical on a second run."""
-    import cupy
-
+    fresh inputs against float64; outputs NaN-poisoned; bit-identical on a second run. float16 / bfloat16: the
+    single exact TF32 pass, at any T within one rounding to the dtype."""
     kernel = tx.TOEPLITZ_TF32X3[variant]
     r = rng()
     for B, C, T in [(1, 1, 1), (2, 3, 5), (33, 5, 127), (32, 19, 768), (17, 2, 1000), (64, 1, 257), (3, 2, 2047),
                     (35, 4, 513)]:
         w, k = r.standard_normal((C, T)) / np.sqrt(T), r.standard_normal((B, C, T))
-        wd, kd = cupy_array(w, "float32"), cupy_array(k, "float32")
-        w, k = rounded(w, "float32"), rounded(k, "float32")
+        wd, kd = cupy_array(w, dtype), cupy_array(k, dtype)
+        w, k = rounded(w, dtype), rounded(k, dtype)
         refs = (tx.reference(w, k, 0.5), tx.reference_backward(w, np.zeros_like(k), k)[1])
         for rev, ref in zip((False, True), refs):
             if rev and variant != "tf32x3":
@@ -715,14 +755,17 @@ def test_toeplitz_tf32x3_kernels_both_directions(variant):
             eps = 0.0 if rev else 0.5
             runs = []
             for _ in range(2):
-                out = cupy.full((B, C, T), np.nan, np.float32)
-                run_plan(lambda b, wb, kb, ob: tx.plan_toeplitz_tf32x3(b, kernel, rev, wb, T, kb, (C * T, T), ob, eps,
-                                                                       B, C, T), (wd, kd, out))
-                runs.append(cupy.asnumpy(out))
+                out = cupy_array(np.full((B, C, T), np.nan), dtype)
+                run_plan(lambda b, wb, kb, ob: tx.plan_toeplitz_tf32x3(b, dtype, kernel, rev, wb, T, kb, (C * T, T), ob,
+                                                                       eps, B, C, T), (wd, kd, out))
+                runs.append(to_f64(out))
             err = rel_err(runs[0], ref)
-            assert err <= (1e-5 if T <= 1024 else TF32X3_TOL), (variant, rev, B, C, T, err)
+            if dtype == "float32":
+                assert err <= (1e-5 if T <= 1024 else TF32X3_TOL), (variant, rev, B, C, T, err)
+            else:
+                check_half_exact(runs[0], ref, dtype, err, f"{variant} rev={rev} {(B, C, T)}")
             assert np.array_equal(runs[0], runs[1]), (variant, rev, B, C, T, "not deterministic")
-    check_forward((33, 3, 300), "float32", variant)
+    check_forward((33, 3, 300), dtype, variant)
 
 
 @gpu
@@ -737,29 +780,91 @@ def test_auto_tf32x3_keeps_float32_accuracy(shape, poison):
 
 
 @gpu
-@pytest.mark.parametrize("vec", [False, True])
-def test_grad_w_tf32x3_loads(vec):
-    """The tensor-core grad_w (bands, then their combine), scalar and 2-wide loads; workspace (0xff bytes) and
-    output NaN-poisoned; the result bit-identical on a second run (no atomics)."""
-    import cupy
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape", [(32, 2, 768), (33, 3, 1000), (13, 2, 129), (35, 2, 257), (40, 3, 128),
+                                   (12, 2, 2048), (16, 1, 4096)])
+def test_half_types_take_the_tensor_cores_exactly(shape, dtype, poison):
+    """float16 / bfloat16 where 'auto' takes the tensor cores (odd B and T, T not a multiple of 256, T past
+    float32's bound): the kernels launched are the single-pass TF32 ones, and out, grad_k and grad_w are the
+    float64 reference's up to the one rounding to the dtype."""
+    from conftest import kernels_of
 
+    B, C, T = shape
+    assert tx.tf32x3_auto(dtype, B, T) and tx.tf32x3_auto(dtype, B, T, "grad_w")
+    r = rng()
+    wd, kd, gd, w, k, g = make(shape, dtype, r)
+    eps = float(r.standard_normal())
+    out, used = kernels_of(tx.SOURCE, lambda: ck.timex(wd, kd, eps))
+    assert used == {tx._toeplitz_name("skip_zero_tiles", False, dtype)}, used
+    ref = tx.reference(w, k, eps)
+    check_half_exact(out, ref, dtype, rel_err(out, ref), f"out {shape}")
+    (gw, gk), used = kernels_of(tx.SOURCE, lambda: ck.timex_backward(wd, kd, gd))
+    assert used == {tx._toeplitz_name("skip_zero_tiles", True, dtype), tx._grad_w_bands_name(T % 2 == 0, dtype),
+                    tx._band_combine_name(dtype)}, used
+    rgw, rgk = tx.reference_backward(w, k, g)
+    check_half_exact(gw, rgw, dtype, grad_err(gw, rgw, w, k, g, 0), f"grad_w {shape}")
+    check_half_exact(gk, rgk, dtype, grad_err(gk, rgk, w, k, g, 1), f"grad_k {shape}")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_types_tensor_cores_on_strided_inputs(dtype, poison):
+    """A row-strided w (a longer filter's view), a channel-major k (batch and channel strides) and a grad_out with odd
+    row strides (grad_w's scalar loads): read in place by the tensor-core kernels, exact up to the rounding."""
+    from conftest import kernels_of
+
+    from cupy_kernels._runtime import CUPY
+
+    r = rng()
+    B, C, T = 17, 3, 700
+    wf, k, g = r.standard_normal((C, 1000)) / np.sqrt(T), r.standard_normal((C, B, T)), r.standard_normal((B, C, T + 5))
+    wd = cupy_array(wf, dtype)[:, -T:]
+    kd = cupy_array(k, dtype).transpose(1, 0, 2)
+    gd = cupy_array(g, dtype)[:, :, :T]
+    w, k, g = rounded(wf, dtype)[:, -T:], rounded(k, dtype).transpose(1, 0, 2), rounded(g, dtype)[:, :, :T]
+    assert [tx._row_layout(CUPY, x, dtype)[:2] for x in (wd, kd, gd)] == [
+        (False, (1000, 1)), (False, (T, B * T, 1)), (False, (C * (T + 5), T + 5, 1))]
+    out, used = kernels_of(tx.SOURCE, lambda: ck.timex(wd, kd, 0.25))
+    assert used == {tx._toeplitz_name("skip_zero_tiles", False, dtype)}, used
+    ref = tx.reference(w, k, 0.25)
+    check_half_exact(out, ref, dtype, rel_err(out, ref), "strided out")
+    (gw, gk), used = kernels_of(tx.SOURCE, lambda: ck.timex_backward(wd, kd, gd))
+    assert used == {tx._toeplitz_name("skip_zero_tiles", True, dtype), tx._grad_w_bands_name(False, dtype),
+                    tx._band_combine_name(dtype)}, used
+    rgw, rgk = tx.reference_backward(w, k, g)
+    check_half_exact(gw, rgw, dtype, grad_err(gw, rgw, w, k, g, 0), "strided grad_w")
+    check_half_exact(gk, rgk, dtype, grad_err(gk, rgk, w, k, g, 1), "strided grad_k")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", tx.TENSOR_CORE_DTYPES)
+@pytest.mark.parametrize("vec", [False, True])
+def test_grad_w_tf32x3_loads(vec, dtype):
+    """The tensor-core grad_w (bands, then their combine), scalar and 2-wide loads; workspace (0xff bytes) and
+    output NaN-poisoned; the result bit-identical on a second run (no atomics). float16 / bfloat16: one exact TF32
+    pass, float32 bands, one rounding to the dtype in the combine."""
     r = rng()
     shapes = [(1, 1, 4), (9, 2, 132), (17, 3, 1000), (32, 2, 768), (3, 1, 5000), (2, 18, 64), (64, 2, 256)]
     if not vec:  # odd T, T = 1, fewer K rows than a chunk
         shapes += [(5, 2, 131), (1, 3, 1), (40, 1, 3), (2, 17, 701)]
     for B, C, T in shapes:
-        w, k, g = r.standard_normal((C, T)), r.standard_normal((B, C, T)), r.standard_normal((B, C, T))
-        kd, gd = cupy_array(k, "float32"), cupy_array(g, "float32")
+        k, g = r.standard_normal((B, C, T)), r.standard_normal((B, C, T))
+        kd, gd = cupy_array(k, dtype), cupy_array(g, dtype)
+        k, g = rounded(k, dtype), rounded(g, dtype)
         runs = []
         for _ in range(2):
-            gw = cupy.full((C, T), np.nan, np.float32)
+            gw = cupy_array(np.full((C, T), np.nan), dtype)
             st = (C * T, T)
-            plan = run_plan(lambda b, kb, gb, gwb: tx.plan_grad_w_tf32x3(b, kb, st, gb, st, gwb, B, C, T, vec=vec),
-                            (kd, gd, gw))
-            runs.append(cupy.asnumpy(gw))
-        assert plan.kernels == (tx._grad_w_bands_name(vec), "timex_grad_w_bands")
-        err = rel_err(runs[0], tx.reference_backward(w, k, g)[0])
-        assert err <= TF32X3_TOL, (vec, B, C, T, err)
+            plan = run_plan(lambda b, kb, gb, gwb: tx.plan_grad_w_tf32x3(b, dtype, kb, st, gb, st, gwb, B, C, T,
+                                                                         vec=vec), (kd, gd, gw))
+            runs.append(to_f64(gw))
+        assert plan.kernels == (tx._grad_w_bands_name(vec, dtype), tx._band_combine_name(dtype))
+        ref = tx.reference_backward(np.zeros((C, T)), k, g)[0]
+        err = rel_err(runs[0], ref)
+        if dtype == "float32":
+            assert err <= TF32X3_TOL, (vec, B, C, T, err)
+        else:
+            check_half_exact(runs[0], ref, dtype, err, f"grad_w vec={vec} {(B, C, T)}")
         assert np.array_equal(runs[0], runs[1]), (vec, B, C, T, "not deterministic")
 
 
@@ -930,6 +1035,32 @@ def test_torch_autograd_other_variants(variant):
     tol = TF32X3_TOL if variant == "tf32x3" else 1e-5
     assert rel_err(out, tx.reference(wh, kh)) <= tol
     assert rel_err(gw, rgw) <= tol and rel_err(gk, rgk) <= tol
+
+
+@torch_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_torch_autograd_half_types_on_the_tensor_cores(dtype):
+    """Forward and backward of a half-type model shape (B=32 T=768, w a longer filter's view) through autograd: the
+    tensor-core kernels only, exact up to the rounding to the dtype."""
+    from conftest import kernels_of
+
+    B, C, T = 32, 4, 768
+    full, w, k = torch_inputs((B, C, T), dtype, tmax=1024)
+    g = torch.randn(B, C, T, device="cuda", dtype=torch.float64).to(getattr(torch, dtype))
+
+    def step():
+        out = ck.timex(w, k, 0.25)
+        return (out,) + torch.autograd.grad(out, (w, k), g)
+
+    (out, gw, gk), used = kernels_of(tx.SOURCE, step)
+    assert used == {tx._toeplitz_name("skip_zero_tiles", rev, dtype) for rev in (False, True)} | {
+        tx._grad_w_bands_name(True, dtype), tx._band_combine_name(dtype)}, used
+    wh, kh, gh = (to_f64(x) for x in (w, k, g))
+    ref = tx.reference(wh, kh, 0.25)
+    check_half_exact(out, ref, dtype, rel_err(out, ref), "torch out")
+    rgw, rgk = tx.reference_backward(wh, kh, gh)
+    check_half_exact(gw, rgw, dtype, grad_err(gw, rgw, wh, kh, gh, 0), "torch grad_w")
+    check_half_exact(gk, rgk, dtype, grad_err(gk, rgk, wh, kh, gh, 1), "torch grad_k")
 
 
 @torch_gpu

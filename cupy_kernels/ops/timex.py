@@ -39,6 +39,9 @@ BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
 # The Toeplitz tensor-core kernel of each tf32x3 variant: tf32x3 skips the diagonal chunks' all-zero MMA tiles;
 # tf32x3_full runs every tile; tf32x3_scalar is the first tensor-core rung (fragments gathered word by word).
 TOEPLITZ_TF32X3 = {"tf32x3": "skip_zero_tiles", "tf32x3_full": "every_tile", "tf32x3_scalar": "scalar"}
+# The tensor-core kernels' element types: float32 split in hi + lo (3 MMAs a product); a float16 or bfloat16 value
+# is exact in TF32 (one MMA, exact products). float64 has none (its variants: tiled, naive).
+TENSOR_CORE_DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -62,15 +65,18 @@ class Tuning:
     # float32 forward and grad_k on the tensor cores (tf32x3) from this batch and this T: the 32 x 256 block
     # tile pads small B and short T. H200, 845ec6b, ms tf32x3 / tiled: B=12 T=768 0.236 / 0.261, B=192 T=128
     # 0.128 / 0.131, B=128 T=192 0.135 / 0.153; but B=8 T=768 0.233 / 0.181, B=384 T=64 0.128 / 0.123.
+    # float16 / bfloat16 take the same two thresholds (not measured apart; their kernels run a third of the MMAs).
     tf32x3_min_b: int = 12
     tf32x3_min_t: int = 128
-    # ... up to this T: the split-precision error grows with the accumulation length, 5.1e-6 at T = 1024 and
-    # 1.0e-5 at 2048 against float32's 1e-5 (B=32 C=16, H200, the probe log of 61f08d7), where tiled also
-    # won (B=12 T=2048: 1.37 against 1.53 ms).
+    # ... up to this T, float32 only: the split-precision error grows with the accumulation length, 5.1e-6 at
+    # T = 1024 and 1.0e-5 at 2048 against float32's 1e-5 (B=32 C=16, H200, the probe log of 61f08d7), where
+    # tiled also won (B=12 T=2048: 1.37 against 1.53 ms). The half types have no such bound: their values are
+    # exact in TF32, so one MMA gives exact products and the error is float32 accumulation's at any T.
     tf32x3_max_t: int = 1024
     # float32 grad_w on the tensor cores (band GEMMs, any B: they won at every B measured, 1..384) while the
     # error stays within float32's 1e-5: it grows with T and with B*T/64, the rows each band sums: 5.1e-6 at
-    # T = 2048 with B*T = 65536, 1.0e-5 at T = 4096 (B=32, H200, the probe log of 61f08d7).
+    # T = 2048 with B*T = 65536, 1.0e-5 at T = 4096 (B=32, H200, the probe log of 61f08d7). An accuracy bound
+    # of the 3-MMA split, so float32 only: the half types' exact products take the band GEMMs at any B and T.
     tf32x3_grad_w_max_t: int = 2048
     tf32x3_grad_w_max_bt: int = 32 * 2048
 
@@ -102,14 +108,23 @@ def _grad_w_name(dtype: str, vec: bool) -> str:
     return f"timex_grad_w<{CTYPES[dtype]}, LagTile<{rd}, {ru}, {ld}>, Loads::{'vec4' if vec else 'scalar'}>"
 
 
-def _toeplitz_name(kernel: str, rev: bool) -> str:
+def _element(dtype: str) -> str:
+    """The trailing element-type argument of a tensor-core kernel: none for float32 (its default)."""
+    return "" if dtype == "float32" else f", {CTYPES[dtype]}"
+
+
+def _toeplitz_name(kernel: str, rev: bool, dtype: str = "float32") -> str:
     if kernel == "scalar":
-        return f"timex_tf32x3<{_PRODUCT[rev]}>"
-    return f"timex_tf32x3f<{_PRODUCT[rev]}, Diagonal::{kernel}>"
+        return f"timex_tf32x3<{_PRODUCT[rev]}{_element(dtype)}>"
+    return f"timex_tf32x3f<{_PRODUCT[rev]}, Diagonal::{kernel}{_element(dtype)}>"
 
 
-def _grad_w_bands_name(vec: bool) -> str:
-    return f"timex_grad_w_frag<{GRAD_W_BANDS}, Loads::{'vec2' if vec else 'scalar'}>"
+def _grad_w_bands_name(vec: bool, dtype: str = "float32") -> str:
+    return f"timex_grad_w_frag<{GRAD_W_BANDS}, Loads::{'vec2' if vec else 'scalar'}{_element(dtype)}>"
+
+
+def _band_combine_name(dtype: str) -> str:
+    return f"timex_grad_w_bands<{CTYPES[dtype]}>"
 
 
 def _declare():
@@ -118,10 +133,11 @@ def _declare():
     for dt in FLOAT_DTYPES:  # the naive rung and backward
         names += [f"timex_{kernel}<{CTYPES[dt]}>" for kernel in ("naive", "naive_grad_k", "naive_grad_w")]
     names += list(LADDER_KERNELS.values())
-    # tf32x3 (both directions: the default's and the tf32x3 backward's); tf32x3_full, tf32x3_scalar: forward only
-    names += [_toeplitz_name("skip_zero_tiles", rev) for rev in (False, True)]
-    names += [_toeplitz_name("every_tile", False), _toeplitz_name("scalar", False)]
-    names += [_grad_w_bands_name(vec) for vec in (False, True)] + ["timex_grad_w_bands"]
+    for dt in TENSOR_CORE_DTYPES:
+        # tf32x3 (both directions: the default's and the tf32x3 backward's); tf32x3_full, tf32x3_scalar: forward only
+        names += [_toeplitz_name("skip_zero_tiles", rev, dt) for rev in (False, True)]
+        names += [_toeplitz_name("every_tile", False, dt), _toeplitz_name("scalar", False, dt)]
+        names += [_grad_w_bands_name(vec, dt) for vec in (False, True)] + [_band_combine_name(dt)]
     for dt in FLOAT_DTYPES:
         for tile in (("f64",) if dt == "float64" else dict(TUNING.tiled_tiles)):
             # b8 forward only: the backward of every SIMT variant takes choose_tiled's tile, never b8
@@ -157,13 +173,28 @@ def choose_tiled(dtype: str, B: int) -> str:
 
 
 def tf32x3_auto(dtype: str, B: int, T: int, kernel: str = "toeplitz") -> bool:
-    """Whether 'auto' takes the tensor-core kernel ('toeplitz': forward and grad_k; 'grad_w')."""
-    if dtype != "float32":
+    """Whether 'auto' takes the tensor-core kernel ('toeplitz': forward and grad_k; 'grad_w'). float32: where
+    faster and its split-precision error within 1e-5; float16 / bfloat16 (exact products): the same B and T
+    thresholds, no upper T, only the kernels' grid limits."""
+    if dtype not in TENSOR_CORE_DTYPES:
         return False
     t = TUNING
+    half = dtype != "float32"
     if kernel == "grad_w":
+        if half:
+            return _band_grid_ok(B, 1, T)
         return T <= t.tf32x3_grad_w_max_t and B * T <= t.tf32x3_grad_w_max_bt
+    if half:
+        bm, tn = TF32X3_TILE
+        fits = ceil_div(T, tn) <= 65535 and ceil_div(B, bm) <= 65535
+        return fits and B >= t.tf32x3_min_b and T >= t.tf32x3_min_t
     return B >= t.tf32x3_min_b and t.tf32x3_min_t <= T <= t.tf32x3_max_t
+
+
+def _band_grid_ok(B: int, C: int, T: int) -> bool:
+    """Whether the tensor-core grad_w's grid and (b, band) counters fit: C and B times ceil(T / 64) < 2**31."""
+    nt = ceil_div(T, BAND)
+    return C * nt < 2**31 and B * nt < 2**31
 
 
 def check_variant(variant: str) -> None:
@@ -236,13 +267,14 @@ def plan_tiled(b: PlanBuilder, dtype: str, tile: str, rev: bool, w, ldw, x, xs, 
               np.int32(T)))
 
 
-def plan_toeplitz_tf32x3(b: PlanBuilder, kernel: str, rev: bool, w, ldw, x, xs, out, eps, B, C, T):
-    """The Toeplitz product on the tensor cores, split-precision TF32 (float32); kernel: a value of TOEPLITZ_TF32X3."""
+def plan_toeplitz_tf32x3(b: PlanBuilder, dtype: str, kernel: str, rev: bool, w, ldw, x, xs, out, eps, B, C, T):
+    """The Toeplitz product on the tensor cores: split-precision TF32 for float32, one exact TF32 pass for
+    float16 / bfloat16; kernel: a value of TOEPLITZ_TF32X3."""
     bm, tn = TF32X3_TILE
     grid = (C, ceil_div(T, tn), ceil_div(B, bm))
     if grid[1] > 65535 or grid[2] > 65535:
         raise ValueError(f"timex: T = {T} or B = {B} is beyond this kernel's grid ({tn * 65535} / {bm * 65535})")
-    b.launch(SOURCE.kernel(_toeplitz_name(kernel, rev)), grid, THREADS,
+    b.launch(SOURCE.kernel(_toeplitz_name(kernel, rev, dtype)), grid, THREADS,
              (w, np.int64(ldw), x, np.int64(xs[0]), np.int64(xs[1]), out, np.float64(eps), np.int32(B), np.int32(C),
               np.int32(T)))
 
@@ -273,25 +305,26 @@ def plan_grad_w(b: PlanBuilder, dtype: str, k, ks, g, gs, gw, B, C, T, vec=None)
               np.int32(T)))
 
 
-def plan_grad_w_tf32x3(b: PlanBuilder, k, ks, g, gs, gw, B, C, T, vec=None):
-    """grad_w on the tensor cores (float32): band GEMMs into a workspace of (C, ceil(T/64), 128) floats, then the
-    fixed-order combine of each lag's two bands (timex_grad_w_bands) into gw."""
+def plan_grad_w_tf32x3(b: PlanBuilder, dtype: str, k, ks, g, gs, gw, B, C, T, vec=None):
+    """grad_w on the tensor cores: band GEMMs into a float32 workspace of (C, ceil(T/64), 128), then the
+    fixed-order combine of each lag's two bands (timex_grad_w_bands) into gw, rounded once to the dtype."""
     nt = ceil_div(T, BAND)
-    if C * nt >= 2**31 or B * nt >= 2**31:
+    if not _band_grid_ok(B, C, T):
         raise ValueError(f"timex_backward: C * ceil(T / {BAND}) and B * ceil(T / {BAND}) must be < 2**31 for "
                          f"'tf32x3'; got B = {B}, C = {C}, T = {T}")
     if vec is None:  # 2-element loads
-        vec = T % 2 == 0 and _packs_ok(k, ks, "float32", 2) and _packs_ok(g, gs, "float32", 2)
+        vec = T % 2 == 0 and _packs_ok(k, ks, dtype, 2) and _packs_ok(g, gs, dtype, 2)
     ws = b.workspace(C * nt * 2 * BAND * 4)
-    b.launch(SOURCE.kernel(_grad_w_bands_name(vec)), C * ceil_div(nt, GRAD_W_BANDS), THREADS,
+    b.launch(SOURCE.kernel(_grad_w_bands_name(vec, dtype)), C * ceil_div(nt, GRAD_W_BANDS), THREADS,
              (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), ws, np.int32(B), np.int32(C),
               np.int32(T)))
-    plan_naive(b, "timex_grad_w_bands", C * T, (ws, gw, np.int32(C), np.int32(T)))
+    plan_naive(b, _band_combine_name(dtype), C * T, (ws, gw, np.int32(C), np.int32(T)))
 
 
-def _tf32x3_only(op: str, variant: str, dtype: str) -> None:
-    if dtype != "float32":
-        raise ValueError(f"{op}: variant {variant!r} (split-precision TF32 tensor cores) is float32 only; got {dtype}")
+def _tensor_core_dtype(op: str, variant: str, dtype: str) -> None:
+    if dtype not in TENSOR_CORE_DTYPES:
+        raise ValueError(f"{op}: variant {variant!r} (TF32 tensor cores) takes {', '.join(TENSOR_CORE_DTYPES)}; "
+                         f"got {dtype} (use 'tiled' or 'naive')")
 
 
 def plan_forward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, out, eps, B, C, T):
@@ -304,8 +337,8 @@ def plan_forward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, out, e
             raise ValueError(f"timex: variant {variant!r} has no float64 kernel; use 'tiled' or 'naive'")
         plan_tiled(b, dtype, tile, False, w, ldw, k, ks, out, eps, B, C, T)
     elif variant in TOEPLITZ_TF32X3:
-        _tf32x3_only("timex", variant, dtype)
-        plan_toeplitz_tf32x3(b, TOEPLITZ_TF32X3[variant], False, w, ldw, k, ks, out, eps, B, C, T)
+        _tensor_core_dtype("timex", variant, dtype)
+        plan_toeplitz_tf32x3(b, dtype, TOEPLITZ_TF32X3[variant], False, w, ldw, k, ks, out, eps, B, C, T)
     elif variant == "naive":
         plan_naive(b, f"timex_naive<{CTYPES[dtype]}>", B * C * T,
                    (w, np.int64(ldw), k, np.int64(ks[0]), np.int64(ks[1]), out, np.float64(eps), np.int32(B),
@@ -333,17 +366,17 @@ def plan_backward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, g, gs
         return
     forced = variant == "tf32x3"
     if forced:
-        _tf32x3_only("timex_backward", variant, dtype)
+        _tensor_core_dtype("timex_backward", variant, dtype)
     # (grad_k's kernel could also do grad_w's band combine and save a launch: measured 1.7-2.1 us slower at
     # B=32 C=768 T=768, each block's serial prologue; H200, 1a4fcfc)
     if need_k:
         if forced or (variant == "auto" and tf32x3_auto(dtype, B, T)):
-            plan_toeplitz_tf32x3(b, TOEPLITZ_TF32X3["tf32x3"], True, w, ldw, g, gs, gk, 0.0, B, C, T)
+            plan_toeplitz_tf32x3(b, dtype, TOEPLITZ_TF32X3["tf32x3"], True, w, ldw, g, gs, gk, 0.0, B, C, T)
         else:
             plan_tiled(b, dtype, choose_tiled(dtype, B), True, w, ldw, g, gs, gk, 0.0, B, C, T)
     if need_w:
         if forced or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w")):
-            plan_grad_w_tf32x3(b, k, ks, g, gs, gw, B, C, T)
+            plan_grad_w_tf32x3(b, dtype, k, ks, g, gs, gw, B, C, T)
         else:
             plan_grad_w(b, dtype, k, ks, g, gs, gw, B, C, T)
 
