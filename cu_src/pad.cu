@@ -14,7 +14,8 @@
 //             band = floor(k_row / n_row) counts tile bands on the second-to-last axis.
 // Padding only copies, so the kernels move raw bits: T is an unsigned type of the element's size.
 // Kernels: pad_flat (narrow rows, element by element), pad_rows (a warp a row segment), pad_periodic
-// (brick and short wrap rows: stores only), pad_gather (the backward, one padded axis a launch).
+// (brick and short wrap rows: stores only), pad_gather (the backward, one padded axis a launch) and
+// pad_gather2 (the backward of the last two axes at once).
 #ifdef PAD_HOST
 // Compiled as plain C++ by the CPU test harness (tests/test_pad.py) to check this exact logic.
 #define PAD_HD inline
@@ -300,6 +301,63 @@ PAD_HD A pad_gather_one(const Tin* g, long long a, long long i, long long c, lon
   return acc;
 }
 
+// The output coordinates of one axis that fold onto index i: `count` runs o0, o0 + step, ... < end (the order
+// pad_gather_one sums them in). Brick columns excepted (their origin moves with the row band).
+struct PadRuns {
+  long long o0[2], step, end;
+  int count;
+};
+
+template <int FMODE>
+PAD_HD PadRuns pad_runs(long long i, long long n, long long outk, long long before, int fold) {
+  PadRuns r;
+  r.count = 1;
+  r.o0[1] = outk;
+  if (FMODE == FOLD_EDGE_AXIS) {
+    r.o0[0] = i == 0 ? 0 : before + i;
+    r.end = i == n - 1 ? outk : before + i + 1;
+    r.step = 1;
+    return r;
+  }
+  const long long P = pad_period(n, fold);
+  r.o0[0] = pad_first(before + i, P);
+  r.step = P;
+  r.end = outk;
+  if (fold != FOLD_WRAP) {
+    const long long i2 = pad_first(fold == FOLD_REFLECT ? P - i : P - 1 - i, P);
+    if (i2 != i) {
+      r.o0[1] = pad_first(before + i2, P);
+      r.count = 2;
+    }
+  }
+  return r;
+}
+
+PAD_HD bool pad_single(const PadRuns& r) {  // exactly one coordinate folds onto the index
+  return r.o0[0] < r.end && r.o0[0] + r.step >= r.end && (r.count == 1 || r.o0[1] >= r.end);
+}
+
+// One element of the last two axes' gather-sum: per source row (rows' runs in order) a partial over the source
+// columns, the partials added in row order: the sums of two pad_gather launches (columns, then rows), exactly.
+template <typename Tin, typename A>
+PAD_HD A pad_gather_two_one(const Tin* base, long long outw, const PadRuns& rows, const PadRuns& cols) {
+  A acc = A(0);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {  // (constant indices into the runs: they stay in registers)
+    if (k == rows.count) break;
+    for (long long oh = rows.o0[k]; oh < rows.end; oh += rows.step) {
+      A part = A(0);
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        if (m == cols.count) break;
+        for (long long ow = cols.o0[m]; ow < cols.end; ow += cols.step) part += pad_cast<A>(base[oh * outw + ow]);
+      }
+      acc += part;
+    }
+  }
+  return acc;
+}
+
 // ---- Rows of >= 32 chunks, a warp per unit (pad_rows, the default): unit t is segment t % tpr of
 // row t / tpr, `tile_chunks` chunks long. Every lane decodes the row itself (same values on all
 // lanes: no shared memory, no barrier), then walks the unit's chunks PAD_BATCH at a time per lane,
@@ -465,6 +523,45 @@ __global__ void __launch_bounds__(256, 4) pad_gather(const Tin* __restrict__ g, 
       const Acc v = pad_gather_one<FMODE, Tin, Acc>(g, a, by_i ? col : ir, by_i ? 0 : col, outk, n, C, before, fold,
                                                     brows, bp0, bth, stagger);
       r[row * Q + col] = cast<Tout>(v);
+    }
+  }
+}
+// Backward of the last two axes in one pass: r (A, nh, nw) <- the gather-sum of g (A, outh, outw), both C-contiguous
+// (FMODE: FOLD_EDGE_AXIS or FOLD_PERIODIC_AXIS), the same sums as two pad_gather launches without the intermediate.
+// An element with one source on each axis (the interior) is one load; PAD_GATHER_COLS of a thread's columns load
+// before any is stored. Launch: grid (ceil(nw / (256 * PAD_GATHER_COLS)) capped, <= 65535 rows (a, i)), block 256;
+// both dimensions grid-stride (64-bit).
+constexpr int PAD_GATHER_COLS = 4;
+
+template <int FMODE, typename Tin, typename Tout>
+__global__ void __launch_bounds__(256, 4) pad_gather2(const Tin* __restrict__ g, Tout* __restrict__ r, long long A,
+                                                   long long outh, long long nh, long long outw, long long nw,
+                                                   long long before_h, long long before_w, int fold) {
+  typedef typename AccOf<Tin>::type Acc;
+  const long long R = A * nh, span = (long long)blockDim.x * PAD_GATHER_COLS;
+  for (long long row = blockIdx.y; row < R; row += gridDim.y) {
+    long long a, i;
+    pad_divmod(row, nh, a, i);
+    const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold);
+    const bool one_row = pad_single(rows);
+    const Tin* base = g + a * outh * outw;
+    for (long long j0 = blockIdx.x * span + threadIdx.x; j0 < nw; j0 += gridDim.x * span) {
+      Acc v[PAD_GATHER_COLS];
+#pragma unroll
+      for (int u = 0; u < PAD_GATHER_COLS; ++u) {
+        const long long j = j0 + u * (long long)blockDim.x;
+        v[u] = Acc(0);
+        if (j < nw) {
+          const PadRuns cols = pad_runs<FMODE>(j, nw, outw, before_w, fold);
+          v[u] = one_row && pad_single(cols) ? pad_cast<Acc>(base[rows.o0[0] * outw + cols.o0[0]])
+                                             : pad_gather_two_one<Tin, Acc>(base, outw, rows, cols);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < PAD_GATHER_COLS; ++u) {
+        const long long j = j0 + u * (long long)blockDim.x;
+        if (j < nw) r[row * nw + j] = cast<Tout>(v[u]);
+      }
     }
   }
 }

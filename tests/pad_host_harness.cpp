@@ -7,6 +7,7 @@
 //        threads xshift xoffset xcount <the forward kernels' args after x, y> then xcount * itemsize raw
 //        bytes; stdout: rows * wtot * itemsize raw bytes.
 //    or: "gather" fkind A outk n C before fold brows bp0 bth stagger, then A*outk*C doubles;
+//    or: "gather2" fkind A outh nh outw nw before_h before_w fold, then A*outh*outw doubles;
 //        stdout: A*n*C doubles.
 #define PAD_HOST
 #include <cstdio>
@@ -90,6 +91,25 @@ int main() {
       r[idx] = fkind == 0 ? pad_gather_one<0, double, double>(g.data(), a, i, c, outk, n, C, before, fold, brows, bp0, bth, stagger)
              : fkind == 1 ? pad_gather_one<1, double, double>(g.data(), a, i, c, outk, n, C, before, fold, brows, bp0, bth, stagger)
                           : pad_gather_one<2, double, double>(g.data(), a, i, c, outk, n, C, before, fold, brows, bp0, bth, stagger);
+    }
+    fwrite(r.data(), sizeof(double), r.size(), stdout);
+    return 0;
+  }
+  if (std::string(what) == "gather2") {
+    const int fkind = (int)rd();
+    const long long A = rd(), outh = rd(), nh = rd(), outw = rd(), nw = rd(), bh = rd(), bw = rd();
+    const int fold = (int)rd();
+    getchar();
+    std::vector<double> g(A * outh * outw);
+    if (!g.empty() && fread(g.data(), sizeof(double), g.size(), stdin) != g.size()) return 3;
+    std::vector<double> r(A * nh * nw);
+    for (long long idx = 0; idx < (long long)r.size(); ++idx) {
+      const long long j = idx % nw, ai = idx / nw, i = ai % nh, a = ai / nh;
+      const PadRuns rows = fkind == 0 ? pad_runs<0>(i, nh, outh, bh, fold) : pad_runs<1>(i, nh, outh, bh, fold);
+      const PadRuns cols = fkind == 0 ? pad_runs<0>(j, nw, outw, bw, fold) : pad_runs<1>(j, nw, outw, bw, fold);
+      const double* base = g.data() + a * outh * outw;
+      r[idx] = pad_single(rows) && pad_single(cols) ? base[rows.o0[0] * outw + cols.o0[0]]
+                                                    : pad_gather_two_one<double, double>(base, outw, rows, cols);
     }
     fwrite(r.data(), sizeof(double), r.size(), stdout);
     return 0;

@@ -537,23 +537,35 @@ def test_backward_plan_on_host_matches_adjoint(no_device):
                       reverse=True)
         b = RecordingBuilder()
         P.plan_backward(b, *b.buffers, "float64", spec, axes)
-        assert len(b.launches) == len(axes) and len(b.workspaces) == min(2, len(axes) - 1)
+        steps = P.backward_steps(spec, axes)
+        fused = mode != "brick" and axes[:2] == [3, 2]
+        assert steps[0] == ((2, 3) if fused else (axes[0],)) and sum(map(len, steps)) == len(axes)
+        assert len(b.launches) == len(steps) and len(b.workspaces) == min(2, len(steps) - 1)
         grad = g.standard_normal(spec.out_shape)
         memory = {0: grad.ravel()}
-        for name, grid, block, args in b.launches:
+        for (name, grid, block, args), step in zip(b.launches, steps):
             fkind = P.FOLD_KIND_NAMES.index(template_args(name)[0])
-            A, outk, n, C, before, fold, brows, bp0, bth, stagger = (int(v) for v in args[2:])
-            head = f"gather {fkind} {A} {outk} {n} {C} {before} {fold} {brows} {bp0} {bth} {stagger}\n"
-            src = memory[args[0].index][:A * outk * C]
+            assert name.startswith("pad_gather2<" if len(step) == 2 else "pad_gather<"), (name, step)
+            if len(step) == 2:
+                A, outh, nh, outw, nw, bh, bw, fold = (int(v) for v in args[2:])
+                head = f"gather2 {fkind} {A} {outh} {nh} {outw} {nw} {bh} {bw} {fold}\n"
+                size = A * outh * outw
+            else:
+                A, outk, n, C, before, fold, brows, bp0, bth, stagger = (int(v) for v in args[2:])
+                head = f"gather {fkind} {A} {outk} {n} {C} {before} {fold} {brows} {bp0} {bth} {stagger}\n"
+                size = A * outk * C
+            src = memory[args[0].index][:size]
             out = subprocess.run([exe], input=head.encode() + src.tobytes(), capture_output=True, check=True).stdout
             memory[args[1].index] = np.frombuffer(out, dtype=np.float64)
         np.testing.assert_allclose(memory[1].reshape(shape), adjoint(spec, grad), rtol=1e-12, atol=1e-12)
-    # half types: the first launch reads float16, the sums between stay in float32, the last writes float16
+    # half types: the first launch reads float16, the sums between stay in float32, the last writes float16; the
+    # last two axes fold in one launch
     spec = P.normalize((3, 4, 5), np.dtype("float16"), 2, "reflect")
     b = RecordingBuilder()
     P.plan_backward(b, *b.buffers, "float16", spec, [2, 1, 0])
-    assert [template_args(n)[1:] for n, *_ in b.launches] == [["half", "float"], ["float", "float"], ["float", "half"]]
-    assert [w.nbytes for w in b.workspaces] == [7 * 8 * 5 * 4, 7 * 4 * 5 * 4]  # (7, 8, 9) -> (7, 8, 5) -> (7, 4, 5)
+    assert [n.split("<")[0] for n, *_ in b.launches] == ["pad_gather2", "pad_gather"]
+    assert [template_args(n)[1:] for n, *_ in b.launches] == [["half", "float"], ["float", "half"]]
+    assert [w.nbytes for w in b.workspaces] == [7 * 4 * 5 * 4]  # (7, 8, 9) -> (7, 4, 5) -> (3, 4, 5)
 
 
 # (shape, pad_width, strides or None): narrow rows, wide rows, brick and short-period wrap rows (periodic, wide
@@ -564,7 +576,8 @@ FORWARD_CASES = [((5, 7), ((1, 2), (3, 1)), None), ((4, 1000), ((2, 1), (9, 40))
                  ((3, 40, 33), ((1, 2), (70, 9), (5, 300)), None), ((2, 3) * 4 + (4,), 1, None),
                  ((2, 3) * 4 + (4,), 1, tuple(2 * 3 ** k for k in range(9))),
                  ((8, 16, 300), ((0, 0), (1, 1), (0, 0)), None)]
-BACKWARD_CASES = [((5, 7), ((1, 2), (0, 0))), ((5, 7), ((1, 2), (3, 1))), ((3, 4, 5), 2), ((6, 600), ((0, 0), (9, 40)))]
+BACKWARD_CASES = [((5, 7), ((1, 2), (0, 0))), ((5, 7), ((1, 2), (3, 1))), ((3, 4, 5), 2), ((6, 600), ((0, 0), (9, 40))),
+                  ((3, 4, 5), ((1, 2), (0, 0), (2, 1)))]  # (the last: padded axes apart, one launch each)
 
 
 @functools.lru_cache(maxsize=None)
@@ -601,13 +614,20 @@ def planned_instances():
                     assert (e.plan is None) == (mode == "constant") and e.copy == (not dense and e.plan is not None)
                     axes = sorted({i for i, p in enumerate(spec.pads) if p != (0, 0)}
                                   | ({len(shape) - 1} if spec.mode == "brick" else set()), reverse=True)
-                    assert len(calls) == (0 if mode == "constant" else len(axes)), (shape, mode)
+                    steps = [] if mode == "constant" else P.backward_steps(spec, axes)
+                    assert len(calls) == len(steps), (shape, mode)
                     folded = list(out)
-                    for (kernel, args, _), axis in zip(calls, axes):
+                    for (kernel, args, _), step in zip(calls, steps):
                         a = dict(check_launch("pad.cu", kernel.name, args))
-                        assert (a["A"], a["outk"], a["n"], a["C"]) == (math.prod(folded[:axis]), folded[axis],
-                                                                       shape[axis], math.prod(folded[axis + 1:]))
-                        folded[axis] = shape[axis]
+                        if len(step) == 2:
+                            assert (a["A"], a["outh"], a["nh"], a["outw"], a["nw"]) == (
+                                math.prod(folded[:-2]), folded[-2], shape[-2], folded[-1], shape[-1])
+                            folded[-2:] = shape[-2:]
+                        else:
+                            (axis,) = step
+                            assert (a["A"], a["outk"], a["n"], a["C"]) == (math.prod(folded[:axis]), folded[axis],
+                                                                           shape[axis], math.prod(folded[axis + 1:]))
+                            folded[axis] = shape[axis]
                         planned.add(kernel.name)
     return frozenset(planned)
 

@@ -34,7 +34,8 @@ DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64"
 GRAD_DTYPES = ("float16", "bfloat16", "float32", "float64")
 MAXD = 6          # PAD_MAXD in pad.cu
 NCONST = 2 * MAXD + 2
-THREADS = 256     # the block of pad_flat, pad_rows and pad_gather
+THREADS = 256     # the block of pad_flat, pad_rows, pad_gather and pad_gather2
+GATHER_COLS = 4   # PAD_GATHER_COLS in pad.cu: columns a thread of pad_gather2 loads before it stores
 # The kernels (paths): "flat" one chunk a thread, element by element (pad_flat); "rows" a warp a row segment
 # (pad_rows); "periodic" brick and short-period wrap rows, stores only (pad_periodic). The ladder's rungs force
 # one: "flat" (a thread per output chunk, as the original article's kernel takes a thread per pixel), "rows"
@@ -86,6 +87,10 @@ def gather_name(fkind, tin, tout):
     return f"pad_gather<{FOLD_KIND_NAMES[fkind]}, {CTYPES[tin]}, {CTYPES[tout]}>"
 
 
+def gather2_name(fkind, tin, tout):
+    return f"pad_gather2<{FOLD_KIND_NAMES[fkind]}, {CTYPES[tin]}, {CTYPES[tout]}>"
+
+
 def gather_pairs(fkind):
     """(input, output) dtypes of pad_gather's launches: the first padded axis reads the gradient's dtype, the
     last writes it, those between hold the accumulator type. Brick columns are always the first of two axes (a
@@ -100,7 +105,9 @@ def gather_pairs(fkind):
 SOURCE.declare([flat_name(m, s) for m in range(4) for s in UNSIGNED_CTYPES]
                + [rows_name(m, s) for m in range(4) for s in UNSIGNED_CTYPES]
                + [periodic_name(s) for s in UNSIGNED_CTYPES]
-               + [gather_name(k, a, b) for k in range(3) for a, b in gather_pairs(k)])
+               + [gather_name(k, a, b) for k in range(3) for a, b in gather_pairs(k)]
+               + [gather2_name(k, a, b) for k in range(2)  # always the first launch: reads the gradient's dtype
+                  for a, b in dict.fromkeys(p for t in GRAD_DTYPES for p in ((t, t), (t, ACC[t])))])
 
 
 # ---- arguments, exactly as numpy.pad reads them ---------------------------------------------------
@@ -474,29 +481,52 @@ def plan_pad(b: PlanBuilder, x, y, shape, strides, itemsize, spec: Spec, rung="d
     _launch(b, x, y, g, itemsize)
 
 
+def backward_steps(spec: Spec, axes) -> list[tuple[int, ...]]:
+    """The backward's launches, each the axes it folds: the last two axes together (pad_gather2) when both are
+    padded and the mode is not brick (whose column origin moves with the row band), every other axis alone
+    (pad_gather), last first."""
+    ndim = len(spec.shape)
+    if spec.mode != "brick" and len(axes) >= 2 and tuple(axes[:2]) == (ndim - 1, ndim - 2):
+        return [(ndim - 2, ndim - 1)] + [(a,) for a in axes[2:]]
+    return [(a,) for a in axes]
+
+
 def plan_backward(b: PlanBuilder, g, r, dtype, spec: Spec, axes) -> None:
-    """Record the backward's gather-sums: for each padded axis in `axes` (last first) one pad_gather launch folding
-    the output axis onto the input axis, from the C-contiguous gradient g into r (Buffers of b); the sums between
-    launches in the accumulator type, in two workspaces used in turn."""
+    """Record the backward's gather-sums (backward_steps: padded axes in `axes`, last first), from the C-contiguous
+    gradient g into r (Buffers of b); the sums between launches in the accumulator type, in two workspaces used in
+    turn."""
     ndim = len(spec.shape)
     acc = ACC[dtype]
+    steps = backward_steps(spec, axes)
     shapes = [list(spec.out_shape)]
-    for axis in axes:
-        shapes.append(shapes[-1][:axis] + [spec.shape[axis]] + shapes[-1][axis + 1:])
+    for step in steps:
+        shapes.append([spec.shape[i] if i in step else v for i, v in enumerate(shapes[-1])])
     middle = [math.prod(s) * ITEMSIZE[acc] for s in shapes[1:-1]]  # the intermediate results
     work = [b.workspace(max(middle[k::2])) for k in range(min(2, len(middle)))]
     blocks = current().resident_blocks(THREADS) * TUNING.gather_waves
     cur = g
-    for j, axis in enumerate(axes):
-        last = j == len(axes) - 1
+    for j, step in enumerate(steps):
+        last = j == len(steps) - 1
         tin = dtype if j == 0 else acc
         tout = dtype if last else acc
-        shape, n = shapes[j], spec.shape[axis]
+        shape = shapes[j]
         res = r if last else work[j % 2]
+        fold = FOLD["wrap" if spec.mode == "brick" else spec.mode]
+        if len(step) == 2:
+            fkind = FOLD_KIND[spec.mode]
+            A, nh, nw = math.prod(shape[:-2]), spec.shape[-2], spec.shape[-1]
+            rows = A * nh
+            grid = (min(ceil_div(nw, THREADS * GATHER_COLS), max(1, blocks // min(rows, 65535))), min(rows, 65535))
+            b.launch(SOURCE.kernel(gather2_name(fkind, tin, tout)), grid, THREADS,
+                     (cur, res, np.int64(A), np.int64(shape[-2]), np.int64(nh), np.int64(shape[-1]), np.int64(nw),
+                      np.int64(spec.pads[-2][0]), np.int64(spec.pads[-1][0]), np.int32(fold)))
+            cur = res
+            continue
+        (axis,) = step
+        n = spec.shape[axis]
         A, C = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
         brick_cols = spec.mode == "brick" and axis == ndim - 1
         fkind = FOLD_KIND["brick" if brick_cols else "wrap" if spec.mode == "brick" else spec.mode]
-        fold = FOLD["wrap" if spec.mode == "brick" else spec.mode]
         brows = shape[-2] if brick_cols else 1
         bp0 = spec.pads[-2][0] if brick_cols else 0
         bth = spec.shape[-2] if brick_cols else 1
