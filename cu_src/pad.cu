@@ -333,10 +333,6 @@ PAD_HD PadRuns pad_runs(long long i, long long n, long long outk, long long befo
   return r;
 }
 
-PAD_HD bool pad_single(const PadRuns& r) {  // exactly one coordinate folds onto the index
-  return r.o0[0] < r.end && r.o0[0] + r.step >= r.end && (r.count == 1 || r.o0[1] >= r.end);
-}
-
 // One element of the last two axes' gather-sum: per source row (rows' runs in order) a partial over the source
 // columns, the partials added in row order: the sums of two pad_gather launches (columns, then rows), exactly.
 template <typename Tin, typename A>
@@ -528,39 +524,61 @@ __global__ void __launch_bounds__(256, 4) pad_gather(const Tin* __restrict__ g, 
 }
 // Backward of the last two axes in one pass: r (A, nh, nw) <- the gather-sum of g (A, outh, outw), both C-contiguous
 // (FMODE: FOLD_EDGE_AXIS or FOLD_PERIODIC_AXIS), the same sums as two pad_gather launches without the intermediate.
-// An element with one source on each axis (the interior) is one load; PAD_GATHER_COLS of a thread's columns load
-// before any is stored. Launch: grid (ceil(nw / (256 * PAD_GATHER_COLS)) capped, <= 65535 rows (a, i)), block 256;
-// both dimensions grid-stride (64-bit).
+// Rows [ilo, ihi) and columns [jlo, jhi) (the host's interior_span) have one source each, at before + index: a quad of
+// 4 such columns is one aligned vector load, and a thread loads its PAD_GATHER_COLS quads (256 apart) before it
+// stores; other elements sum their runs at the store. Launch: grid (ceil(nw / (1024 * PAD_GATHER_COLS)) capped,
+// <= 65535 rows (a, i)), block 256; both dimensions grid-stride (64-bit).
 constexpr int PAD_GATHER_COLS = 4;
 
 template <int FMODE, typename Tin, typename Tout>
-__global__ void __launch_bounds__(256, 4) pad_gather2(const Tin* __restrict__ g, Tout* __restrict__ r, long long A,
+__global__ void __launch_bounds__(256, 2) pad_gather2(const Tin* __restrict__ g, Tout* __restrict__ r, long long A,
                                                    long long outh, long long nh, long long outw, long long nw,
-                                                   long long before_h, long long before_w, int fold) {
+                                                   long long before_h, long long before_w, int fold, long long ilo,
+                                                   long long ihi, long long jlo, long long jhi) {
   typedef typename AccOf<Tin>::type Acc;
-  const long long R = A * nh, span = (long long)blockDim.x * PAD_GATHER_COLS;
+  typedef Pack<Tin, 4> In4;
+  typedef Pack<Tout, 4> Out4;
+  const long long R = A * nh, span = 4LL * blockDim.x * PAD_GATHER_COLS;
   for (long long row = blockIdx.y; row < R; row += gridDim.y) {
     long long a, i;
     pad_divmod(row, nh, a, i);
-    const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold);
-    const bool one_row = pad_single(rows);
+    const bool inner_row = i >= ilo && i < ihi;
     const Tin* base = g + a * outh * outw;
-    for (long long j0 = blockIdx.x * span + threadIdx.x; j0 < nw; j0 += gridDim.x * span) {
-      Acc v[PAD_GATHER_COLS];
+    const Tin* center = base + (before_h + i) * outw + before_w;  // (used for inner rows only)
+    Tout* out = r + row * nw;
+    for (long long q0 = 4LL * (blockIdx.x * (long long)blockDim.x * PAD_GATHER_COLS + threadIdx.x); q0 < nw;
+         q0 += gridDim.x * span) {
+      Acc v[PAD_GATHER_COLS][4];
+      bool quad[PAD_GATHER_COLS];
 #pragma unroll
       for (int u = 0; u < PAD_GATHER_COLS; ++u) {
-        const long long j = j0 + u * (long long)blockDim.x;
-        v[u] = Acc(0);
-        if (j < nw) {
-          const PadRuns cols = pad_runs<FMODE>(j, nw, outw, before_w, fold);
-          v[u] = one_row && pad_single(cols) ? pad_cast<Acc>(base[rows.o0[0] * outw + cols.o0[0]])
-                                             : pad_gather_two_one<Tin, Acc>(base, outw, rows, cols);
+        const long long j0 = q0 + 4LL * u * blockDim.x;
+        quad[u] = inner_row && j0 >= jlo && j0 + 4 <= jhi &&
+                  (reinterpret_cast<unsigned long long>(center + j0) & (sizeof(In4) - 1)) == 0 &&
+                  (reinterpret_cast<unsigned long long>(out + j0) & (sizeof(Out4) - 1)) == 0;
+        if (quad[u]) {
+          const In4 x = *reinterpret_cast<const In4*>(center + j0);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[u][e] = pad_cast<Acc>(x.v[e]);
         }
       }
 #pragma unroll
       for (int u = 0; u < PAD_GATHER_COLS; ++u) {
-        const long long j = j0 + u * (long long)blockDim.x;
-        if (j < nw) r[row * nw + j] = cast<Tout>(v[u]);
+        if (!quad[u]) continue;
+        Out4 y;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) y.v[e] = cast<Tout>(v[u][e]);
+        *reinterpret_cast<Out4*>(out + q0 + 4LL * u * blockDim.x) = y;
+      }
+      // the borders (and unaligned quads): each element's runs summed, once the quads' registers are free
+#pragma unroll 1
+      for (int u = 0; u < PAD_GATHER_COLS; ++u) {
+        const long long j0 = q0 + 4LL * u * blockDim.x;
+        if (quad[u]) continue;
+        for (long long j = j0; j < j0 + 4 && j < nw; ++j)
+          out[j] = cast<Tout>(inner_row && j >= jlo && j < jhi ? pad_cast<Acc>(center[j])
+                              : pad_gather_two_one<Tin, Acc>(base, outw, pad_runs<FMODE>(i, nh, outh, before_h, fold),
+                                                             pad_runs<FMODE>(j, nw, outw, before_w, fold)));
       }
     }
   }

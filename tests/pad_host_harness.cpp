@@ -7,7 +7,7 @@
 //        threads xshift xoffset xcount <the forward kernels' args after x, y> then xcount * itemsize raw
 //        bytes; stdout: rows * wtot * itemsize raw bytes.
 //    or: "gather" fkind A outk n C before fold brows bp0 bth stagger, then A*outk*C doubles;
-//    or: "gather2" fkind A outh nh outw nw before_h before_w fold, then A*outh*outw doubles;
+//    or: "gather2" fkind A outh nh outw nw before_h before_w fold ilo ihi jlo jhi, then A*outh*outw doubles;
 //        stdout: A*n*C doubles.
 #define PAD_HOST
 #include <cstdio>
@@ -99,6 +99,7 @@ int main() {
     const int fkind = (int)rd();
     const long long A = rd(), outh = rd(), nh = rd(), outw = rd(), nw = rd(), bh = rd(), bw = rd();
     const int fold = (int)rd();
+    const long long ilo = rd(), ihi = rd(), jlo = rd(), jhi = rd();
     getchar();
     std::vector<double> g(A * outh * outw);
     if (!g.empty() && fread(g.data(), sizeof(double), g.size(), stdin) != g.size()) return 3;
@@ -108,8 +109,8 @@ int main() {
       const PadRuns rows = fkind == 0 ? pad_runs<0>(i, nh, outh, bh, fold) : pad_runs<1>(i, nh, outh, bh, fold);
       const PadRuns cols = fkind == 0 ? pad_runs<0>(j, nw, outw, bw, fold) : pad_runs<1>(j, nw, outw, bw, fold);
       const double* base = g.data() + a * outh * outw;
-      r[idx] = pad_single(rows) && pad_single(cols) ? base[rows.o0[0] * outw + cols.o0[0]]
-                                                    : pad_gather_two_one<double, double>(base, outw, rows, cols);
+      r[idx] = i >= ilo && i < ihi && j >= jlo && j < jhi ? base[(bh + i) * outw + bw + j]  // the kernel's interior
+                                                          : pad_gather_two_one<double, double>(base, outw, rows, cols);
     }
     fwrite(r.data(), sizeof(double), r.size(), stdout);
     return 0;

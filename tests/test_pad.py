@@ -523,6 +523,24 @@ def test_split_plan_on_host_matches_numpy(no_device):
             assert same_bits(memory[1].reshape(ref.shape), ref), (mode, dtype, pw)
 
 
+def test_interior_span_has_one_source_each():
+    """interior_span: every index in [lo, hi) has exactly one source coordinate, before + index, and no index
+    outside is such that the run could grow."""
+    g = rng()
+    for _ in range(400):
+        mode = str(g.choice(["edge", "reflect", "symmetric", "wrap"]))
+        n = int(g.integers(1, 40))
+        before, after = (int(v) for v in g.integers(0, 90, size=2))
+        if mode == "reflect" and n == 1:
+            continue
+        lo, hi = P.interior_span(mode, n, before, after)
+        m = P.index_map(mode, n, before, after)
+        single = np.bincount(m, minlength=n) == 1
+        assert 0 <= lo <= hi <= n and single[lo:hi].all(), (mode, n, before, after, lo, hi)
+        assert (m[before + np.arange(lo, hi)] == np.arange(lo, hi)).all()
+        assert (lo == 0 or not single[lo - 1]) and (hi == n or not single[hi]), (mode, n, before, after, lo, hi)
+
+
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
 def test_backward_plan_on_host_matches_adjoint(no_device):
     """plan_backward: one gather launch per padded axis, intermediates in two workspaces used in turn (run by the
@@ -547,8 +565,8 @@ def test_backward_plan_on_host_matches_adjoint(no_device):
             fkind = P.FOLD_KIND_NAMES.index(template_args(name)[0])
             assert name.startswith("pad_gather2<" if len(step) == 2 else "pad_gather<"), (name, step)
             if len(step) == 2:
-                A, outh, nh, outw, nw, bh, bw, fold = (int(v) for v in args[2:])
-                head = f"gather2 {fkind} {A} {outh} {nh} {outw} {nw} {bh} {bw} {fold}\n"
+                A, outh, nh, outw, nw, bh, bw, fold, ilo, ihi, jlo, jhi = (int(v) for v in args[2:])
+                head = f"gather2 {fkind} {A} {outh} {nh} {outw} {nw} {bh} {bw} {fold} {ilo} {ihi} {jlo} {jhi}\n"
                 size = A * outh * outw
             else:
                 A, outk, n, C, before, fold, brows, bp0, bth, stagger = (int(v) for v in args[2:])

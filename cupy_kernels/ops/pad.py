@@ -35,7 +35,7 @@ GRAD_DTYPES = ("float16", "bfloat16", "float32", "float64")
 MAXD = 6          # PAD_MAXD in pad.cu
 NCONST = 2 * MAXD + 2
 THREADS = 256     # the block of pad_flat, pad_rows, pad_gather and pad_gather2
-GATHER_COLS = 4   # PAD_GATHER_COLS in pad.cu: columns a thread of pad_gather2 loads before it stores
+GATHER_COLS = 16  # 4 * PAD_GATHER_COLS in pad.cu: columns a thread of pad_gather2 loads before it stores
 # The kernels (paths): "flat" one chunk a thread, element by element (pad_flat); "rows" a warp a row segment
 # (pad_rows); "periodic" brick and short-period wrap rows, stores only (pad_periodic). The ladder's rungs force
 # one: "flat" (a thread per output chunk, as the original article's kernel takes a thread per pixel), "rows"
@@ -491,6 +491,21 @@ def backward_steps(spec: Spec, axes) -> list[tuple[int, ...]]:
     return [(a,) for a in axes]
 
 
+INTERIOR_SCAN = 1 << 22  # pad coordinates interior_span enumerates at most (beyond: no interior, every element summed)
+
+
+def interior_span(mode, n, before, after) -> tuple[int, int]:
+    """[lo, hi): the longest run of indices of one axis that no pad coordinate folds onto (each has exactly one
+    source, the coordinate before + index); (0, 0) when the pads are too wide to enumerate."""
+    if before + after > INTERIOR_SCAN:
+        return 0, 0
+    m = index_map(mode, n, before, after)
+    hits = np.unique(np.concatenate([m[:before], m[before + n:]]))
+    edges = np.concatenate([[-1], hits, [n]])
+    k = int(np.argmax(np.diff(edges)))
+    return int(edges[k]) + 1, int(edges[k + 1])
+
+
 def plan_backward(b: PlanBuilder, g, r, dtype, spec: Spec, axes) -> None:
     """Record the backward's gather-sums (backward_steps: padded axes in `axes`, last first), from the C-contiguous
     gradient g into r (Buffers of b); the sums between launches in the accumulator type, in two workspaces used in
@@ -519,7 +534,9 @@ def plan_backward(b: PlanBuilder, g, r, dtype, spec: Spec, axes) -> None:
             grid = (min(ceil_div(nw, THREADS * GATHER_COLS), max(1, blocks // min(rows, 65535))), min(rows, 65535))
             b.launch(SOURCE.kernel(gather2_name(fkind, tin, tout)), grid, THREADS,
                      (cur, res, np.int64(A), np.int64(shape[-2]), np.int64(nh), np.int64(shape[-1]), np.int64(nw),
-                      np.int64(spec.pads[-2][0]), np.int64(spec.pads[-1][0]), np.int32(fold)))
+                      np.int64(spec.pads[-2][0]), np.int64(spec.pads[-1][0]), np.int32(fold),
+                      *(np.int64(v) for v in interior_span(spec.mode, nh, *spec.pads[-2])),
+                      *(np.int64(v) for v in interior_span(spec.mode, nw, *spec.pads[-1]))))
             cur = res
             continue
         (axis,) = step
