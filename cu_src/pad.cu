@@ -524,10 +524,10 @@ __global__ void __launch_bounds__(256, 4) pad_gather(const Tin* __restrict__ g, 
 }
 // Backward of the last two axes in one pass: r (A, nh, nw) <- the gather-sum of g (A, outh, outw), both C-contiguous
 // (FMODE: FOLD_EDGE_AXIS or FOLD_PERIODIC_AXIS), the same sums as two pad_gather launches without the intermediate.
-// Rows [ilo, ihi) and columns [jlo, jhi) (the host's interior_span) have one source each, at before + index: a quad of
-// 4 such columns is one aligned vector load, and a thread loads its PAD_GATHER_COLS quads (256 apart) before it
-// stores; other elements sum their runs at the store. Launch: grid (ceil(nw / (1024 * PAD_GATHER_COLS)) capped,
-// <= 65535 rows (a, i)), block 256; both dimensions grid-stride (64-bit).
+// The work is quads of 4 columns of a row, numbered row by row; a thread takes PAD_GATHER_COLS quads a grid apart
+// and loads them all before it stores. Rows [ilo, ihi) and columns [jlo, jhi) (the host's interior_span) have one
+// source each, at before + index: such a quad, aligned, is one vector load; other elements sum their runs after the
+// quads are stored. Launch: 1-D grid (capped; grid-strides), block 256; any size (64-bit).
 constexpr int PAD_GATHER_COLS = 4;
 
 template <int FMODE, typename Tin, typename Tout>
@@ -538,48 +538,50 @@ __global__ void __launch_bounds__(256, 2) pad_gather2(const Tin* __restrict__ g,
   typedef typename AccOf<Tin>::type Acc;
   typedef Pack<Tin, 4> In4;
   typedef Pack<Tout, 4> Out4;
-  const long long R = A * nh, span = 4LL * blockDim.x * PAD_GATHER_COLS;
-  for (long long row = blockIdx.y; row < R; row += gridDim.y) {
-    long long a, i;
-    pad_divmod(row, nh, a, i);
-    const bool inner_row = i >= ilo && i < ihi;
-    const Tin* base = g + a * outh * outw;
-    const Tin* center = base + (before_h + i) * outw + before_w;  // (used for inner rows only)
-    Tout* out = r + row * nw;
-    for (long long q0 = 4LL * (blockIdx.x * (long long)blockDim.x * PAD_GATHER_COLS + threadIdx.x); q0 < nw;
-         q0 += gridDim.x * span) {
-      Acc v[PAD_GATHER_COLS][4];
-      bool quad[PAD_GATHER_COLS];
+  const long long quads_per_row = (nw + 3) / 4, quads = A * nh * quads_per_row;
+  const long long threads = (long long)gridDim.x * blockDim.x;
+  for (long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; t0 < quads; t0 += threads * PAD_GATHER_COLS) {
+    Acc v[PAD_GATHER_COLS][4];
+    Tout* dst[PAD_GATHER_COLS];
+    unsigned loaded = 0;  // bit u: quad u was one vector load
 #pragma unroll
-      for (int u = 0; u < PAD_GATHER_COLS; ++u) {
-        const long long j0 = q0 + 4LL * u * blockDim.x;
-        quad[u] = inner_row && j0 >= jlo && j0 + 4 <= jhi &&
-                  (reinterpret_cast<unsigned long long>(center + j0) & (sizeof(In4) - 1)) == 0 &&
-                  (reinterpret_cast<unsigned long long>(out + j0) & (sizeof(Out4) - 1)) == 0;
-        if (quad[u]) {
-          const In4 x = *reinterpret_cast<const In4*>(center + j0);
+    for (int u = 0; u < PAD_GATHER_COLS; ++u) {
+      const long long t = t0 + u * threads;
+      long long row, jq, a, i;
+      pad_divmod(t, quads_per_row, row, jq);
+      pad_divmod(row, nh, a, i);
+      const long long j0 = 4 * jq;
+      const Tin* src = g + (a * outh + before_h + i) * outw + before_w + j0;
+      dst[u] = r + row * nw + j0;
+      if (t < quads && i >= ilo && i < ihi && j0 >= jlo && j0 + 4 <= jhi &&
+          (reinterpret_cast<unsigned long long>(src) & (sizeof(In4) - 1)) == 0 &&
+          (reinterpret_cast<unsigned long long>(dst[u]) & (sizeof(Out4) - 1)) == 0) {
+        loaded |= 1u << u;
+        const In4 x = *reinterpret_cast<const In4*>(src);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) v[u][e] = pad_cast<Acc>(x.v[e]);
-        }
+        for (int e = 0; e < 4; ++e) v[u][e] = pad_cast<Acc>(x.v[e]);
       }
+    }
 #pragma unroll
-      for (int u = 0; u < PAD_GATHER_COLS; ++u) {
-        if (!quad[u]) continue;
-        Out4 y;
+    for (int u = 0; u < PAD_GATHER_COLS; ++u) {
+      if (!(loaded >> u & 1)) continue;
+      Out4 y;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) y.v[e] = cast<Tout>(v[u][e]);
-        *reinterpret_cast<Out4*>(out + q0 + 4LL * u * blockDim.x) = y;
-      }
-      // the borders (and unaligned quads): each element's runs summed, once the quads' registers are free
+      for (int e = 0; e < 4; ++e) y.v[e] = cast<Tout>(v[u][e]);
+      *reinterpret_cast<Out4*>(dst[u]) = y;
+    }
+    // the borders (and unaligned quads): each element's runs summed, once the quads' registers are free
 #pragma unroll 1
-      for (int u = 0; u < PAD_GATHER_COLS; ++u) {
-        const long long j0 = q0 + 4LL * u * blockDim.x;
-        if (quad[u]) continue;
-        for (long long j = j0; j < j0 + 4 && j < nw; ++j)
-          out[j] = cast<Tout>(inner_row && j >= jlo && j < jhi ? pad_cast<Acc>(center[j])
-                              : pad_gather_two_one<Tin, Acc>(base, outw, pad_runs<FMODE>(i, nh, outh, before_h, fold),
-                                                             pad_runs<FMODE>(j, nw, outw, before_w, fold)));
-      }
+    for (int u = 0; u < PAD_GATHER_COLS; ++u) {
+      const long long t = t0 + u * threads;
+      if ((loaded >> u & 1) || t >= quads) continue;
+      long long row, jq, a, i;
+      pad_divmod(t, quads_per_row, row, jq);
+      pad_divmod(row, nh, a, i);
+      const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold);
+      for (long long j = 4 * jq; j < 4 * jq + 4 && j < nw; ++j)
+        r[row * nw + j] = cast<Tout>(pad_gather_two_one<Tin, Acc>(g + a * outh * outw, outw, rows,
+                                                                  pad_runs<FMODE>(j, nw, outw, before_w, fold)));
     }
   }
 }

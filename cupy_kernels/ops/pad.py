@@ -35,7 +35,7 @@ GRAD_DTYPES = ("float16", "bfloat16", "float32", "float64")
 MAXD = 6          # PAD_MAXD in pad.cu
 NCONST = 2 * MAXD + 2
 THREADS = 256     # the block of pad_flat, pad_rows, pad_gather and pad_gather2
-GATHER_COLS = 16  # 4 * PAD_GATHER_COLS in pad.cu: columns a thread of pad_gather2 loads before it stores
+GATHER_QUADS = 4  # PAD_GATHER_COLS in pad.cu: quads of 4 columns a thread of pad_gather2 loads before it stores
 # The kernels (paths): "flat" one chunk a thread, element by element (pad_flat); "rows" a warp a row segment
 # (pad_rows); "periodic" brick and short-period wrap rows, stores only (pad_periodic). The ladder's rungs force
 # one: "flat" (a thread per output chunk, as the original article's kernel takes a thread per pixel), "rows"
@@ -530,8 +530,7 @@ def plan_backward(b: PlanBuilder, g, r, dtype, spec: Spec, axes) -> None:
         if len(step) == 2:
             fkind = FOLD_KIND[spec.mode]
             A, nh, nw = math.prod(shape[:-2]), spec.shape[-2], spec.shape[-1]
-            rows = A * nh
-            grid = (min(ceil_div(nw, THREADS * GATHER_COLS), max(1, blocks // min(rows, 65535))), min(rows, 65535))
+            grid = min(ceil_div(A * nh * ceil_div(nw, 4), THREADS * GATHER_QUADS), blocks)
             b.launch(SOURCE.kernel(gather2_name(fkind, tin, tout)), grid, THREADS,
                      (cur, res, np.int64(A), np.int64(shape[-2]), np.int64(nh), np.int64(shape[-1]), np.int64(nw),
                       np.int64(spec.pads[-2][0]), np.int64(spec.pads[-1][0]), np.int32(fold),
