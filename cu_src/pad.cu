@@ -1,28 +1,35 @@
 // Padding in one kernel: NumPy's constant / edge / reflect / symmetric / wrap modes and brick-wall
-// tiling, plus the backward gather-sum (deterministic, no atomics).
+// tiling, plus the backward gather-sum (deterministic, no atomics); and numpy.pad's computing modes
+// (linear_ramp, maximum, minimum, mean, median, reflect_type='odd') as per-axis passes over the output.
 //
-// Every output element is written once. The host (ops/pad.py) merges axes so the kernel sees the
-// output as `rows` rows of `wtot` elements: up to PAD_MAXD outer axes (each with its own index map),
-// one last padded axis, and an optional inner block of `blk` unpadded elements contiguous in x
-// (channels-last images: the C axis rides along inside the W axis). Per axis, the source index of
-// output coordinate o (k = o - before) is
+// The copying kernels write every output element once. The host (ops/pad.py) merges axes so the
+// kernel sees the output as `rows` rows of `wtot` elements: up to PAD_MAXD outer axes (each with its
+// own index map), one last padded axis, and an optional inner block of `blk` unpadded elements
+// contiguous in x (channels-last images: the C axis rides along inside the W axis). Per axis, the
+// source index of output coordinate o (k = o - before) is
 //   constant: k if 0 <= k < n, else the pad value of the highest padded axis (NumPy's corner rule)
 //   edge:     clamp(k, 0, n - 1)
 //   periodic: q = k mod P, then q < n ? q : R - q          (P, R below: exactly numpy.pad, wide
 //             wrap P = n; reflect P = 2n - 2 (1 if n == 1), R = P; symmetric P = 2n, R = P - 1)
 //   brick:    wrap on every axis, and the last axis is shifted right by stagger * band, where
 //             band = floor(k_row / n_row) counts tile bands on the second-to-last axis.
-// Padding only copies, so the kernels move raw bits: T is an unsigned type of the element's size.
+// Padding only copies, so the kernels move raw bits: T is an unsigned type of the element's size
+// (PadRaw16 for complex128).
 // Kernels: pad_flat (narrow rows, element by element), pad_rows (a warp a row segment), pad_periodic
-// (brick and short wrap rows: stores only), pad_gather (the backward, one padded axis a launch) and
-// pad_gather2 (the backward of the last two axes at once).
+// (brick and short wrap rows: stores only), pad_gather (the backward, one padded axis a launch),
+// pad_gather2 (the backward of the last two axes at once), and the per-axis passes pad_axis_fill /
+// pad_axis_odd / pad_axis_stat / pad_ramp_flags + pad_axis_ramp.
 #ifdef PAD_HOST
-// Compiled as plain C++ by the CPU test harness (tests/test_pad.py) to check this exact logic.
+// Compiled as plain C++ by the CPU test harnesses (tests/test_pad.py) to check this exact logic.
+#include <cmath>
+#include <cstring>
 #define PAD_HD inline
+#define PAD_CONSTEXPR constexpr
 template <typename To, typename From> inline To pad_cast(From v) { return (To)v; }
 #else
 #include "common/types.cuh"
 #define PAD_HD __device__ __forceinline__
+#define PAD_CONSTEXPR __host__ __device__ constexpr
 template <typename To, typename From> __device__ __forceinline__ To pad_cast(From v) { return cast<To>(v); }
 #endif
 
@@ -32,6 +39,14 @@ enum { PAD_CONSTANT = 0, PAD_EDGE = 1, PAD_PERIODIC = 2, PAD_BRICK = 3 };
 enum { FOLD_WRAP = 0, FOLD_REFLECT = 1, FOLD_SYMMETRIC = 2 };
 
 template <typename T> struct alignas(16) PadPack { T v[16 / sizeof(T)]; };
+
+// A 16-byte element (complex128) for the copying kernels. A constant converts to its first 8 bytes (the real
+// part), so ops/pad.py gives these kernels complex128 constants with a zero imaginary part only.
+struct alignas(8) PadRaw16 {
+  unsigned long long lo, hi;
+  PadRaw16() = default;
+  PAD_HD PadRaw16(unsigned long long v) : lo(v), hi(0) {}
+};
 
 struct PadParams {
   long long rows, wtot;          // output rows and elements per row (= lout * blk)
@@ -430,6 +445,700 @@ PAD_HD void pad_periodic_store(const PadParams& p, T* y, const PadPeriodicUnit& 
     pad_store_chunk<T>(y, u.E, pad_chunk_col<T>(u.E, u.seg, p.tile_chunks, j), (int)p.wtot, v);
 }
 
+// ---- numpy.pad's computing modes: per-axis passes over the output y, in place -----------------------
+// ops/pad.py first copies x into y's interior (pad_flat / pad_rows with zero pads), then runs one pass per
+// padded axis in numpy's order (axis 0 first). A pass walks the 1-D vectors ("lines") along its axis that
+// numpy pads at that axis' turn (its _view_roi): the axes before it over their full, already padded extent,
+// the axes after it over their interior, so later axes read earlier axes' pads (numpy's corners). A line
+// is read and written by one group of `group` lanes (1, or 32: a warp, for long contiguous lines) and by
+// no other: the lines of a pass are disjoint.
+
+// dtype codes (in the order of ops/pad.py DTYPES); the computing passes are instanced by dtype, not by size.
+enum { PAD_BOOL, PAD_INT8, PAD_UINT8, PAD_INT16, PAD_UINT16, PAD_INT32, PAD_UINT32, PAD_INT64, PAD_UINT64,
+       PAD_FLOAT16, PAD_BFLOAT16, PAD_FLOAT32, PAD_FLOAT64, PAD_COMPLEX64, PAD_COMPLEX128 };
+enum { PAD_STAT_MAXIMUM = 0, PAD_STAT_MINIMUM = 1, PAD_STAT_MEAN = 2, PAD_STAT_MEDIAN = 3 };  // ops/pad.py STATS
+
+PAD_CONSTEXPR int pad_dt_size(int dt) {
+  return dt <= PAD_UINT8 ? 1 : dt <= PAD_UINT16 || dt == PAD_FLOAT16 || dt == PAD_BFLOAT16 ? 2
+       : dt <= PAD_UINT32 || dt == PAD_FLOAT32 ? 4 : dt == PAD_COMPLEX128 ? 16 : 8;
+}
+PAD_CONSTEXPR bool pad_dt_signed(int dt) {
+  return dt == PAD_INT8 || dt == PAD_INT16 || dt == PAD_INT32 || dt == PAD_INT64;
+}
+PAD_CONSTEXPR bool pad_dt_unsigned(int dt) {
+  return dt == PAD_UINT8 || dt == PAD_UINT16 || dt == PAD_UINT32 || dt == PAD_UINT64;
+}
+PAD_CONSTEXPR bool pad_dt_integer(int dt) { return pad_dt_signed(dt) || pad_dt_unsigned(dt); }
+PAD_CONSTEXPR bool pad_dt_complex(int dt) { return dt == PAD_COMPLEX64 || dt == PAD_COMPLEX128; }
+PAD_CONSTEXPR bool pad_dt_inexact(int dt) { return dt >= PAD_FLOAT16; }
+PAD_CONSTEXPR unsigned long long pad_mask(int w) { return w >= 64 ? ~0ULL : (1ULL << w) - 1; }
+// Bits of one ordering key word: the element (real types) or one part (complex types).
+PAD_CONSTEXPR int pad_key_bits(int dt) { return 8 * (pad_dt_complex(dt) ? pad_dt_size(dt) / 2 : pad_dt_size(dt)); }
+
+struct PadBits { unsigned long long lo, hi; };  // an element's raw bits (lo: its first 8 bytes)
+struct PadCx { double re, im; };                 // an element's value (im 0 for real types)
+struct PadKey { unsigned long long hi, lo; };    // an order-preserving key (lo: a complex' imaginary part)
+
+#ifdef PAD_HOST
+PAD_HD double pad_f64(unsigned long long u) { double d; memcpy(&d, &u, 8); return d; }
+PAD_HD unsigned long long pad_u64(double d) { unsigned long long u; memcpy(&u, &d, 8); return u; }
+PAD_HD float pad_f32(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+PAD_HD unsigned pad_u32(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+PAD_HD double pad_dadd(double a, double b) { return a + b; }
+PAD_HD double pad_dsub(double a, double b) { return a - b; }
+PAD_HD double pad_dmul(double a, double b) { return a * b; }
+PAD_HD float pad_to_f32(double d) { return (float)d; }
+PAD_HD double pad_rcp_approx(double b) { return (double)(1.0f / (float)b); }  // about 24 bits, as the GPU's
+#else
+PAD_HD double pad_f64(unsigned long long u) { return __longlong_as_double((long long)u); }
+PAD_HD unsigned long long pad_u64(double d) { return (unsigned long long)__double_as_longlong(d); }
+PAD_HD float pad_f32(unsigned u) { return __uint_as_float(u); }
+PAD_HD unsigned pad_u32(float f) { return __float_as_uint(f); }
+// Explicitly rounded operations: no contraction into FMAs, so each step rounds as NumPy's does.
+PAD_HD double pad_dadd(double a, double b) { return __dadd_rn(a, b); }
+PAD_HD double pad_dsub(double a, double b) { return __dsub_rn(a, b); }
+PAD_HD double pad_dmul(double a, double b) { return __dmul_rn(a, b); }
+PAD_HD float pad_to_f32(double d) { return __double2float_rn(d); }
+PAD_HD double pad_rcp_approx(double b) {
+  double y;
+  asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(b));
+  return y;
+}
+#endif
+
+// a / b rounded to nearest even for a divisor b >= 1 (the passes divide only by counts): a reciprocal by two Newton
+// steps, then the nearest of the quotient and its two neighbours by their exact remainders (ties to even). No
+// slow-path call, unlike __ddiv_rn (a call spills the passes' live registers). Quotients in the subnormal range
+// may be off in their last bit.
+PAD_HD double pad_ddiv(double a, double b) {
+  if (a == 0.0 || !(fabs(a) <= 1.7976931348623157e308) || b == 1.0) return a;
+  if (!(b <= 1.7976931348623157e308)) return copysign(0.0, a);
+  double y = pad_rcp_approx(b);
+  double e = fma(-b, y, 1.0);
+  y = fma(e, y, y);
+  e = fma(-b, y, 1.0);
+  y = fma(e, y, y);
+  double q = pad_dmul(a, y), r = fabs(fma(-b, q, a));
+  const unsigned long long bits = pad_u64(q);
+  for (int k = -1; k <= 1; k += 2) {
+    const double c = pad_f64(bits + k), rc = fabs(fma(-b, c, a));
+    if (rc < r || (rc == r && !((bits + k) & 1))) {
+      q = c;
+      r = rc;
+    }
+  }
+  return q;
+}
+
+// float16 <-> double without the half intrinsics, so the host harness checks the same code: a half's
+// value exactly; a double rounded to the nearest half, ties to even (NumPy's conversions).
+PAD_HD double pad_half_value(unsigned h) {
+  const int e = (int)((h >> 10) & 31u), m = (int)(h & 1023u);
+  const double v = e == 0 ? (double)m * 5.9604644775390625e-08  // m 2^-24
+                 : e == 31 ? pad_f64(0x7ff0000000000000ULL | ((unsigned long long)m << 42) | (m ? 1ULL << 51 : 0))
+                           : (double)(m | 1024) * pad_f64((unsigned long long)(e - 25 + 1023) << 52);
+  return (h & 0x8000u) ? -v : v;
+}
+
+PAD_HD unsigned pad_half_bits(double d) {
+  const unsigned long long u = pad_u64(d);
+  const unsigned sign = (unsigned)(u >> 48) & 0x8000u;
+  const double a = d < 0 ? -d : d;
+  if (a != a) return sign | 0x7e00u | (unsigned)((u >> 42) & 0x1ffu);
+  if (a >= 65520.0) return sign | 0x7c00u;                           // halfway above 65504 and beyond: inf
+  if (a < 6.103515625e-05) return sign | (unsigned)rint(a * 16777216.0);  // subnormal: units of 2^-24
+  const unsigned long long ua = pad_u64(a);
+  const int e = (int)(ua >> 52) - 1023;                                          // a = m 2^e, m in [1, 2)
+  const double m = pad_f64((ua & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL);
+  return sign | (unsigned)(((e + 15) << 10) + (int)rint((m - 1.0) * 1024.0));   // a carry bumps the exponent
+}
+
+// bfloat16 (no NumPy type): through float32, rounding to nearest even at each step (as torch and ml_dtypes).
+PAD_HD double pad_bf16_value(unsigned h) { return (double)pad_f32(h << 16); }
+
+PAD_HD unsigned pad_bf16_bits(double d) {
+  const unsigned u = pad_u32(pad_to_f32(d));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// v rounded to the precision of dtype DT's (real) parts. float16 and bfloat16 arithmetic is NumPy's: the
+// operation in float32, then rounded to the half type.
+template <int DT>
+PAD_HD double pad_round(double v) {
+  if (DT == PAD_FLOAT16) return pad_half_value(pad_half_bits((double)pad_to_f32(v)));
+  if (DT == PAD_BFLOAT16) return pad_bf16_value(pad_bf16_bits(v));
+  if (DT == PAD_FLOAT32 || DT == PAD_COMPLEX64) return (double)pad_to_f32(v);
+  return v;
+}
+
+template <int DT>
+PAD_HD PadBits pad_get(const unsigned char* y, long long i) {
+  constexpr int S = pad_dt_size(DT);
+  const unsigned char* p = y + i * S;
+  PadBits b = {0, 0};
+  if constexpr (S == 1) b.lo = *p;
+  else if constexpr (S == 2) b.lo = *reinterpret_cast<const unsigned short*>(p);
+  else if constexpr (S == 4) b.lo = *reinterpret_cast<const unsigned int*>(p);
+  else b.lo = *reinterpret_cast<const unsigned long long*>(p);
+  if constexpr (S == 16) b.hi = reinterpret_cast<const unsigned long long*>(p)[1];
+  return b;
+}
+
+template <int DT>
+PAD_HD void pad_put(unsigned char* y, long long i, PadBits b) {
+  constexpr int S = pad_dt_size(DT);
+  unsigned char* p = y + i * S;
+  if constexpr (S == 1) *p = (unsigned char)b.lo;
+  else if constexpr (S == 2) *reinterpret_cast<unsigned short*>(p) = (unsigned short)b.lo;
+  else if constexpr (S == 4) *reinterpret_cast<unsigned int*>(p) = (unsigned int)b.lo;
+  else *reinterpret_cast<unsigned long long*>(p) = b.lo;
+  if constexpr (S == 16) reinterpret_cast<unsigned long long*>(p)[1] = b.hi;
+}
+
+// The element's value, as NumPy casts it to float64 (exact but for (u)int64 beyond 2^53: rounded).
+template <int DT>
+PAD_HD PadCx pad_number(PadBits b) {
+  constexpr int W = 8 * pad_dt_size(DT);
+  PadCx v = {0.0, 0.0};
+  if constexpr (DT == PAD_BOOL) v.re = b.lo ? 1.0 : 0.0;
+  else if constexpr (pad_dt_signed(DT)) v.re = (double)((long long)(b.lo << (64 - W)) >> (64 - W));
+  else if constexpr (pad_dt_unsigned(DT)) v.re = (double)b.lo;
+  else if constexpr (DT == PAD_FLOAT16) v.re = pad_half_value((unsigned)b.lo);
+  else if constexpr (DT == PAD_BFLOAT16) v.re = pad_bf16_value((unsigned)b.lo);
+  else if constexpr (DT == PAD_FLOAT32) v.re = (double)pad_f32((unsigned)b.lo);
+  else if constexpr (DT == PAD_FLOAT64) v.re = pad_f64(b.lo);
+  else if constexpr (DT == PAD_COMPLEX64) {
+    v.re = (double)pad_f32((unsigned)b.lo);
+    v.im = (double)pad_f32((unsigned)(b.lo >> 32));
+  } else {
+    v.re = pad_f64(b.lo);
+    v.im = pad_f64(b.hi);
+  }
+  return v;
+}
+
+enum { PAD_CAST = 0, PAD_FLOOR = 1, PAD_RINT = 2 };  // how a value becomes an integer element
+
+// v as an element of dtype DT, as NumPy's astype: a complex into a real type keeps its real part; into an
+// integer type after `to_int` (numpy.pad floors linear ramps and rounds means and medians, ties to even).
+template <int DT>
+PAD_HD PadBits pad_from_number(PadCx v, int to_int) {
+  constexpr int W = 8 * pad_dt_size(DT);
+  PadBits b = {0, 0};
+  if constexpr (DT == PAD_BOOL) {
+    b.lo = (v.re != 0.0 || v.im != 0.0) ? 1 : 0;
+  } else if constexpr (pad_dt_integer(DT)) {
+    const double r = to_int == PAD_FLOOR ? floor(v.re) : to_int == PAD_RINT ? rint(v.re) : v.re;
+    b.lo = DT == PAD_UINT64 ? (unsigned long long)r : (unsigned long long)(long long)r & pad_mask(W);
+  } else if constexpr (DT == PAD_FLOAT16) {
+    b.lo = pad_half_bits(v.re);
+  } else if constexpr (DT == PAD_BFLOAT16) {
+    b.lo = pad_bf16_bits(v.re);
+  } else if constexpr (DT == PAD_FLOAT32) {
+    b.lo = pad_u32(pad_to_f32(v.re));
+  } else if constexpr (DT == PAD_FLOAT64) {
+    b.lo = pad_u64(v.re);
+  } else if constexpr (DT == PAD_COMPLEX64) {
+    b.lo = (unsigned long long)pad_u32(pad_to_f32(v.re)) | (unsigned long long)pad_u32(pad_to_f32(v.im)) << 32;
+  } else {
+    b.lo = pad_u64(v.re);
+    b.hi = pad_u64(v.im);
+  }
+  return b;
+}
+
+template <int DT>
+PAD_HD bool pad_is_nan(PadBits b) {
+  if (!pad_dt_inexact(DT)) return false;
+  const PadCx v = pad_number<DT>(b);
+  return v.re != v.re || v.im != v.im;
+}
+
+// Order-preserving key of one real part of W bits (NaN excluded; -0 and +0 share the key of +0, as they
+// compare equal).
+template <int DT>
+PAD_HD unsigned long long pad_part_key(unsigned long long u) {
+  constexpr int W = pad_key_bits(DT);
+  constexpr unsigned long long sign = 1ULL << (W - 1), mask = pad_mask(W);
+  if constexpr (DT == PAD_BOOL) return u ? 1 : 0;
+  else if constexpr (pad_dt_unsigned(DT)) return u;
+  else if constexpr (pad_dt_signed(DT)) return u ^ sign;
+  else if ((u & ~sign & mask) == 0) return sign;
+  else return (u & sign) ? (~u & mask) : (u | sign);
+}
+
+template <int DT>
+PAD_HD unsigned long long pad_part_unkey(unsigned long long k) {
+  constexpr int W = pad_key_bits(DT);
+  constexpr unsigned long long sign = 1ULL << (W - 1), mask = pad_mask(W);
+  if constexpr (!pad_dt_inexact(DT)) return pad_dt_signed(DT) ? k ^ sign : k;
+  else return (k & sign) ? (k ^ sign) : (~k & mask);
+}
+
+// Complex keys order as NumPy sorts complex numbers: by real part, then imaginary part.
+template <int DT>
+PAD_HD PadKey pad_key(PadBits b) {
+  PadKey k = {0, 0};
+  if constexpr (DT == PAD_COMPLEX64) {
+    k.hi = pad_part_key<DT>(b.lo & 0xffffffffULL);
+    k.lo = pad_part_key<DT>(b.lo >> 32);
+  } else if constexpr (DT == PAD_COMPLEX128) {
+    k.hi = pad_part_key<DT>(b.lo);
+    k.lo = pad_part_key<DT>(b.hi);
+  } else {
+    k.hi = pad_part_key<DT>(b.lo);
+  }
+  return k;
+}
+
+template <int DT>
+PAD_HD PadBits pad_unkey(PadKey k) {
+  PadBits b = {0, 0};
+  if constexpr (DT == PAD_COMPLEX64) {
+    b.lo = pad_part_unkey<DT>(k.hi) | pad_part_unkey<DT>(k.lo) << 32;
+  } else if constexpr (DT == PAD_COMPLEX128) {
+    b.lo = pad_part_unkey<DT>(k.hi);
+    b.hi = pad_part_unkey<DT>(k.lo);
+  } else {
+    b.lo = pad_part_unkey<DT>(k.hi);
+  }
+  return b;
+}
+
+PAD_HD bool pad_key_less(PadKey a, PadKey b) { return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo); }
+
+// A line's group of G lanes (1, or a full warp of 32) combines its partial results; on the host G is 1.
+#ifdef PAD_HOST
+PAD_HD double pad_group_sum(double v, int) { return v; }
+PAD_HD long long pad_group_sum(long long v, int) { return v; }
+PAD_HD PadKey pad_group_key(PadKey k, int, bool) { return k; }
+PAD_HD void pad_group_nan(int&, PadBits&, int) {}
+PAD_HD void pad_group_sync(int) {}
+#else
+__device__ __forceinline__ double pad_group_sum(double v, int G) {
+  if (G > 1)
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ long long pad_group_sum(long long v, int G) {
+  if (G > 1)
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ PadKey pad_group_key(PadKey k, int G, bool largest) {
+  if (G > 1)
+    for (int o = 16; o; o >>= 1) {
+      const PadKey t = {__shfl_xor_sync(0xffffffffu, k.hi, o), __shfl_xor_sync(0xffffffffu, k.lo, o)};
+      if (largest ? pad_key_less(k, t) : pad_key_less(t, k)) k = t;
+    }
+  return k;
+}
+// Whether any lane saw a NaN, and then one NaN for all lanes (the one of largest bits: every lane agrees).
+__device__ __forceinline__ void pad_group_nan(int& has, PadBits& nan, int G) {
+  if (G > 1)
+    for (int o = 16; o; o >>= 1) {
+      const int h = __shfl_xor_sync(0xffffffffu, has, o);
+      const PadBits t = {__shfl_xor_sync(0xffffffffu, nan.lo, o), __shfl_xor_sync(0xffffffffu, nan.hi, o)};
+      if (h && (!has || t.hi > nan.hi || (t.hi == nan.hi && t.lo > nan.lo))) {
+        has = 1;
+        nan = t;
+      }
+    }
+}
+__device__ __forceinline__ void pad_group_sync(int G) {
+  if (G > 1) __syncwarp();
+}
+#endif
+
+// ---- maximum, minimum, mean, median of one region of a line (numpy's _get_stats) ----------------------
+
+// The mean of `count` elements summing to (sr, si), as numpy.mean: integer and bool sums in float64, the
+// quotient rounded (ties to even) for integer dtypes; a complex sum divided as NumPy divides a complex by a
+// real count (Smith's rule: times 1 / count). Sums here are float64 for every dtype.
+template <int DT>
+PAD_HD PadBits pad_mean_result(double sr, double si, long long count) {
+  PadCx m = {0.0, 0.0};
+  if (count == 0) {  // the mean of nothing: NaN (pad_ddiv divides by counts of at least 1)
+    m.re = m.im = pad_f64(0x7ff8000000000000ULL);
+    if (!pad_dt_complex(DT)) m.im = 0.0;
+  } else if (pad_dt_complex(DT)) {
+    const double rat = pad_ddiv(0.0, (double)count), scl = pad_ddiv(1.0, pad_dadd((double)count, pad_dmul(0.0, rat)));
+    m.re = pad_dmul(pad_dadd(sr, pad_dmul(si, rat)), scl);
+    m.im = pad_dmul(pad_dsub(si, pad_dmul(sr, rat)), scl);
+  } else {
+    m.re = pad_ddiv(sr, (double)count);
+  }
+  return pad_from_number<DT>(m, PAD_RINT);
+}
+
+// The median from its middle elements a (and b for an even count), as numpy.median: their mean in NumPy's
+// accumulator (float64 for integer and bool dtypes, float32 for float16, the dtype's own precision otherwise),
+// rounded (ties to even) for integer dtypes.
+template <int DT>
+PAD_HD PadBits pad_median_result(PadKey a, PadKey b, bool odd) {
+  const PadCx va = pad_number<DT>(pad_unkey<DT>(a)), vb = pad_number<DT>(pad_unkey<DT>(b));
+  constexpr int ACC = DT == PAD_FLOAT16 || DT == PAD_BFLOAT16 ? PAD_FLOAT32 : pad_dt_inexact(DT) ? DT : PAD_FLOAT64;
+  const double half = odd ? 1.0 : 0.5;  // 1 / count, exact: dividing by the count is multiplying by it
+  const PadCx s = {odd ? va.re : pad_round<ACC>(pad_dadd(va.re, vb.re)),
+                   odd ? va.im : pad_round<ACC>(pad_dadd(va.im, vb.im))};
+  PadCx m = {0.0, 0.0};
+  if (pad_dt_complex(DT)) {  // Smith's rule for the real count: (s.re + s.im * 0) / count, (s.im - s.re * 0) / count
+    m.re = pad_round<ACC>(pad_dmul(pad_round<ACC>(pad_dadd(s.re, pad_dmul(s.im, 0.0))), half));
+    m.im = pad_round<ACC>(pad_dmul(pad_round<ACC>(pad_dsub(s.im, pad_dmul(s.re, 0.0))), half));
+  } else {
+    m.re = pad_round<ACC>(pad_dmul(s.re, half));
+  }
+  return pad_from_number<DT>(m, PAD_RINT);
+}
+
+// The k-th smallest key (0-based) of the region's `len` elements at y[off + i * step]: a radix select, most
+// significant bit first, one pass over the region per key bit (a complex's imaginary part after its real part).
+template <int DT>
+PAD_HD PadKey pad_select(const unsigned char* y, long long off, long long step, long long len, long long k,
+                         int lane, int G) {
+  constexpr int W = pad_key_bits(DT);
+  PadKey r = {0, 0};
+  for (int bit = W - 1; bit >= 0; --bit) {
+    long long below = 0;  // elements with r's bits above `bit` and a 0 at `bit`
+    for (long long i = lane; i < len; i += G)
+      below += (pad_key<DT>(pad_get<DT>(y, off + i * step)).hi >> bit) == (r.hi >> bit);
+    below = pad_group_sum(below, G);
+    if (k >= below) {
+      r.hi |= 1ULL << bit;
+      k -= below;
+    }
+  }
+  if (pad_dt_complex(DT))
+    for (int bit = W - 1; bit >= 0; --bit) {
+      long long below = 0;
+      for (long long i = lane; i < len; i += G) {
+        const PadKey q = pad_key<DT>(pad_get<DT>(y, off + i * step));
+        below += q.hi == r.hi && (q.lo >> bit) == (r.lo >> bit);
+      }
+      below = pad_group_sum(below, G);
+      if (k >= below) {
+        r.lo |= 1ULL << bit;
+        k -= below;
+      }
+    }
+  return r;
+}
+
+// The statistic `stat` (PAD_STAT_*) of the region's `len` elements at y[off + i * step], the same value on every
+// lane of the group. maximum, minimum and median: NaN if the region holds one (NumPy's propagation); len 0: the
+// mean and median are NaN, as numpy's (maximum and minimum of nothing are refused by ops/pad.py).
+template <int DT>
+PAD_HD PadBits pad_region_stat(const unsigned char* y, long long off, long long step, long long len, int stat,
+                               int lane, int G) {
+  if (stat == PAD_STAT_MEAN) {
+    double sr = 0.0, si = 0.0;
+    for (long long i = lane; i < len; i += G) {
+      const PadCx v = pad_number<DT>(pad_get<DT>(y, off + i * step));
+      sr = pad_dadd(sr, v.re);
+      si = pad_dadd(si, v.im);
+    }
+    return pad_mean_result<DT>(pad_group_sum(sr, G), pad_group_sum(si, G), len);
+  }
+  if (pad_dt_inexact(DT)) {
+    int has = 0;
+    PadBits nan = {0, 0};
+    for (long long i = lane; i < len && !has; i += G) {
+      const PadBits b = pad_get<DT>(y, off + i * step);
+      if (pad_is_nan<DT>(b)) {
+        has = 1;
+        nan = b;
+      }
+    }
+    pad_group_nan(has, nan, G);
+    if (has) return nan;
+  }
+  if (stat == PAD_STAT_MAXIMUM || stat == PAD_STAT_MINIMUM) {
+    const bool largest = stat == PAD_STAT_MAXIMUM;
+    PadKey best = largest ? PadKey{0, 0} : PadKey{~0ULL, ~0ULL};
+    for (long long i = lane; i < len; i += G) {
+      const PadKey q = pad_key<DT>(pad_get<DT>(y, off + i * step));
+      if (largest ? pad_key_less(best, q) : pad_key_less(q, best)) best = q;
+    }
+    return pad_unkey<DT>(pad_group_key(best, G, largest));
+  }
+  if (len == 0) return pad_mean_result<DT>(0.0, 0.0, 0);
+  const long long k = (len - 1) / 2;
+  const PadKey a = pad_select<DT>(y, off, step, len, k, lane, G);
+  if (len % 2) return pad_median_result<DT>(a, a, true);
+  // the next order statistic: a again when it repeats, else the smallest key above it
+  long long at_most = 0;
+  PadKey next = {~0ULL, ~0ULL};
+  for (long long i = lane; i < len; i += G) {
+    const PadKey q = pad_key<DT>(pad_get<DT>(y, off + i * step));
+    if (!pad_key_less(a, q)) ++at_most;
+    else if (pad_key_less(q, next)) next = q;
+  }
+  at_most = pad_group_sum(at_most, G);
+  next = pad_group_key(next, G, false);
+  return pad_median_result<DT>(a, at_most >= k + 2 ? a : next, false);
+}
+
+// One line of a statistic pass: the statistic of the first `llen` and of the last `rlen` elements of the
+// line's interior (n elements from `before`) fill the pads before and after it.
+template <int DT>
+PAD_HD void pad_line_stat(unsigned char* y, long long off, long long step, long long before, long long n,
+                          long long after, int stat, long long llen, long long rlen, int lane, int G) {
+  PadBits lv = {0, 0}, rv = {0, 0};
+  if (before > 0) lv = pad_region_stat<DT>(y, off + before * step, step, llen, stat, lane, G);
+  if (after > 0)
+    rv = before > 0 && llen == n && rlen == n
+             ? lv
+             : pad_region_stat<DT>(y, off + (before + n - rlen) * step, step, rlen, stat, lane, G);
+  for (long long j = lane; j < before; j += G) pad_put<DT>(y, off + j * step, lv);
+  for (long long j = lane; j < after; j += G) pad_put<DT>(y, off + (before + n + j) * step, rv);
+}
+
+// ---- reflect_type='odd' (numpy's _set_reflect_both, chunk by chunk) ------------------------------------
+
+// 2 * edge - v in the dtype's arithmetic, as NumPy evaluates it: integers wrap, bool goes through int64 (then
+// nonzero), float16 rounds each operation, complex multiplies by 2 + 0j.
+template <int DT>
+PAD_HD PadBits pad_odd(PadBits edge, PadBits v) {
+  constexpr int W = 8 * pad_dt_size(DT);
+  PadBits r = {0, 0};
+  if constexpr (DT == PAD_BOOL) {
+    r.lo = (edge.lo || v.lo) ? 1 : 0;
+  } else if constexpr (pad_dt_integer(DT)) {
+    r.lo = (2 * edge.lo - v.lo) & pad_mask(W);
+  } else {
+    const PadCx e = pad_number<DT>(edge), c = pad_number<DT>(v);
+    PadCx t = {pad_round<DT>(pad_dsub(pad_round<DT>(pad_dmul(2.0, e.re)), pad_round<DT>(pad_dmul(0.0, e.im)))),
+               pad_round<DT>(pad_dadd(pad_round<DT>(pad_dmul(2.0, e.im)), pad_round<DT>(pad_dmul(0.0, e.re))))};
+    t.re = pad_round<DT>(pad_dsub(t.re, c.re));
+    t.im = pad_round<DT>(pad_dsub(t.im, c.im));
+    r = pad_from_number<DT>(t, PAD_CAST);
+  }
+  return r;
+}
+
+// One line of an odd reflection: numpy's iterations, each reflecting at most a whole number of periods of the
+// values so far onto each side (left first), every value 2 * edge - mirrored value; the group's lanes share
+// an iteration's chunk and meet between iterations. A singleton axis pads with its edge (numpy's legacy rule).
+template <int DT>
+PAD_HD void pad_line_odd(unsigned char* y, long long off, long long step, long long before, long long n,
+                         long long after, int symmetric, int lane, int G) {
+  const long long P = before + n + after, eo = symmetric ? 1 : 0;
+  if (n == 1) {
+    const PadBits e = pad_get<DT>(y, off + before * step);
+    for (long long j = lane; j < before; j += G) pad_put<DT>(y, off + j * step, e);
+    for (long long j = lane; j < after; j += G) pad_put<DT>(y, off + (before + 1 + j) * step, e);
+    return;
+  }
+  long long left = before, right = after;
+  while (left > 0 || right > 0) {
+    const long long have = P - right - left;
+    long long periods, rest;  // numpy's old_length: whole periods of the original values (reflect: n - 1 long)
+    pad_divmod(symmetric ? have : have - 1, symmetric ? n : n - 1, periods, rest);
+    const long long most = periods * (symmetric ? n : n - 1);
+    const long long cl = left < most ? left : most, cr = right < most ? right : most;
+    if (cl > 0) {
+      const PadBits edge = pad_get<DT>(y, off + left * step);
+      const long long top = left - eo + cl;  // mirrored values: top, top - 1, ..., left - eo + 1
+      for (long long i = lane; i < cl; i += G)
+        pad_put<DT>(y, off + (left - cl + i) * step, pad_odd<DT>(edge, pad_get<DT>(y, off + (top - i) * step)));
+    }
+    if (cr > 0) {
+      const PadBits edge = pad_get<DT>(y, off + (P - right - 1) * step);
+      const long long top = P - right + eo - 2;  // mirrored values: top, top - 1, ..., top - cr + 1
+      for (long long i = lane; i < cr; i += G)
+        pad_put<DT>(y, off + (P - right + i) * step, pad_odd<DT>(edge, pad_get<DT>(y, off + (top - i) * step)));
+    }
+    left -= cl;
+    right -= cr;
+    pad_group_sync(G);
+  }
+}
+
+// ---- linear_ramp (numpy.linspace(end_value, edge, width, endpoint=False) per side) ----------------------
+
+// A value of numpy's compute dtype CT (NumPy's result type of the end value and the array, inexact) from bits.
+template <int CT>
+PAD_HD PadCx pad_ct_value(unsigned long long lo, unsigned long long hi) {
+  const PadBits b = {lo, hi};
+  return pad_number<CT>(b);
+}
+
+// Element i of y (dtype code dt, chosen at run time: the ramp passes are instanced by compute dtype) as a CT.
+template <int CT>
+PAD_HD PadCx pad_load_ct(const unsigned char* y, long long i, int dt) {
+  PadCx v = {0.0, 0.0};
+  switch (dt) {
+    case PAD_BOOL: v = pad_number<PAD_BOOL>(pad_get<PAD_BOOL>(y, i)); break;
+    case PAD_INT8: v = pad_number<PAD_INT8>(pad_get<PAD_INT8>(y, i)); break;
+    case PAD_UINT8: v = pad_number<PAD_UINT8>(pad_get<PAD_UINT8>(y, i)); break;
+    case PAD_INT16: v = pad_number<PAD_INT16>(pad_get<PAD_INT16>(y, i)); break;
+    case PAD_UINT16: v = pad_number<PAD_UINT16>(pad_get<PAD_UINT16>(y, i)); break;
+    case PAD_INT32: v = pad_number<PAD_INT32>(pad_get<PAD_INT32>(y, i)); break;
+    case PAD_UINT32: v = pad_number<PAD_UINT32>(pad_get<PAD_UINT32>(y, i)); break;
+    case PAD_INT64: v = pad_number<PAD_INT64>(pad_get<PAD_INT64>(y, i)); break;
+    case PAD_UINT64: v = pad_number<PAD_UINT64>(pad_get<PAD_UINT64>(y, i)); break;
+    case PAD_FLOAT16: v = pad_number<PAD_FLOAT16>(pad_get<PAD_FLOAT16>(y, i)); break;
+    case PAD_BFLOAT16: v = pad_number<PAD_BFLOAT16>(pad_get<PAD_BFLOAT16>(y, i)); break;
+    case PAD_FLOAT32: v = pad_number<PAD_FLOAT32>(pad_get<PAD_FLOAT32>(y, i)); break;
+    case PAD_FLOAT64: v = pad_number<PAD_FLOAT64>(pad_get<PAD_FLOAT64>(y, i)); break;
+    case PAD_COMPLEX64: v = pad_number<PAD_COMPLEX64>(pad_get<PAD_COMPLEX64>(y, i)); break;
+    default: v = pad_number<PAD_COMPLEX128>(pad_get<PAD_COMPLEX128>(y, i)); break;
+  }
+  v.re = pad_round<CT>(v.re);
+  v.im = pad_round<CT>(v.im);
+  return v;
+}
+
+// v stored as element i of y (dtype code dt): floored first for integer dtypes (linspace's integer rule).
+PAD_HD void pad_store_ramp(unsigned char* y, long long i, int dt, PadCx v) {
+  switch (dt) {
+    case PAD_BOOL: pad_put<PAD_BOOL>(y, i, pad_from_number<PAD_BOOL>(v, PAD_FLOOR)); break;
+    case PAD_INT8: pad_put<PAD_INT8>(y, i, pad_from_number<PAD_INT8>(v, PAD_FLOOR)); break;
+    case PAD_UINT8: pad_put<PAD_UINT8>(y, i, pad_from_number<PAD_UINT8>(v, PAD_FLOOR)); break;
+    case PAD_INT16: pad_put<PAD_INT16>(y, i, pad_from_number<PAD_INT16>(v, PAD_FLOOR)); break;
+    case PAD_UINT16: pad_put<PAD_UINT16>(y, i, pad_from_number<PAD_UINT16>(v, PAD_FLOOR)); break;
+    case PAD_INT32: pad_put<PAD_INT32>(y, i, pad_from_number<PAD_INT32>(v, PAD_FLOOR)); break;
+    case PAD_UINT32: pad_put<PAD_UINT32>(y, i, pad_from_number<PAD_UINT32>(v, PAD_FLOOR)); break;
+    case PAD_INT64: pad_put<PAD_INT64>(y, i, pad_from_number<PAD_INT64>(v, PAD_FLOOR)); break;
+    case PAD_UINT64: pad_put<PAD_UINT64>(y, i, pad_from_number<PAD_UINT64>(v, PAD_FLOOR)); break;
+    case PAD_FLOAT16: pad_put<PAD_FLOAT16>(y, i, pad_from_number<PAD_FLOAT16>(v, PAD_CAST)); break;
+    case PAD_BFLOAT16: pad_put<PAD_BFLOAT16>(y, i, pad_from_number<PAD_BFLOAT16>(v, PAD_CAST)); break;
+    case PAD_FLOAT32: pad_put<PAD_FLOAT32>(y, i, pad_from_number<PAD_FLOAT32>(v, PAD_CAST)); break;
+    case PAD_FLOAT64: pad_put<PAD_FLOAT64>(y, i, pad_from_number<PAD_FLOAT64>(v, PAD_CAST)); break;
+    case PAD_COMPLEX64: pad_put<PAD_COMPLEX64>(y, i, pad_from_number<PAD_COMPLEX64>(v, PAD_CAST)); break;
+    default: pad_put<PAD_COMPLEX128>(y, i, pad_from_number<PAD_COMPLEX128>(v, PAD_CAST)); break;
+  }
+}
+
+// NumPy's a / w for a real count w (a complex divisor w + 0j: Smith's rule, times 1 / w), in CT.
+template <int CT>
+PAD_HD PadCx pad_ct_div(PadCx a, double w) {
+  PadCx r = {0.0, 0.0};
+  if (pad_dt_complex(CT)) {
+    const double rat = pad_round<CT>(pad_ddiv(0.0, w));
+    const double scl = pad_round<CT>(pad_ddiv(1.0, pad_round<CT>(pad_dadd(w, pad_round<CT>(pad_dmul(0.0, rat))))));
+    r.re = pad_round<CT>(pad_dmul(pad_round<CT>(pad_dadd(a.re, pad_round<CT>(pad_dmul(a.im, rat)))), scl));
+    r.im = pad_round<CT>(pad_dmul(pad_round<CT>(pad_dsub(a.im, pad_round<CT>(pad_dmul(a.re, rat)))), scl));
+  } else {
+    r.re = pad_round<CT>(pad_ddiv(a.re, w));
+  }
+  return r;
+}
+
+template <int CT>
+PAD_HD PadCx pad_ct_mul(PadCx a, PadCx b) {
+  PadCx r = {0.0, 0.0};
+  if (pad_dt_complex(CT)) {
+    r.re = pad_round<CT>(pad_dsub(pad_round<CT>(pad_dmul(a.re, b.re)), pad_round<CT>(pad_dmul(a.im, b.im))));
+    r.im = pad_round<CT>(pad_dadd(pad_round<CT>(pad_dmul(a.re, b.im)), pad_round<CT>(pad_dmul(a.im, b.re))));
+  } else {
+    r.re = pad_round<CT>(pad_dmul(a.re, b.re));
+  }
+  return r;
+}
+
+// linspace's step for `width` values from start to stop: (stop - start) / width.
+template <int CT>
+PAD_HD PadCx pad_ramp_step(PadCx start, PadCx stop, long long width) {
+  const PadCx delta = {pad_round<CT>(pad_dsub(stop.re, start.re)), pad_round<CT>(pad_dsub(stop.im, start.im))};
+  return pad_ct_div<CT>(delta, pad_round<CT>((double)width));
+}
+
+// Value j of numpy.linspace(start, stop, width, endpoint=False) in CT, step by step as NumPy computes it:
+// j * step + start, or, when any line's step of this side was zero (`zero_step`, numpy's denormal guard),
+// (j / width) * (stop - start) + start.
+template <int CT>
+PAD_HD PadCx pad_ramp_value(PadCx start, PadCx stop, long long width, long long j, int zero_step) {
+  const double w = pad_round<CT>((double)width);
+  const PadCx jj = {pad_round<CT>((double)j), 0.0};
+  PadCx v;
+  if (zero_step) {
+    const PadCx delta = {pad_round<CT>(pad_dsub(stop.re, start.re)), pad_round<CT>(pad_dsub(stop.im, start.im))};
+    v = pad_ct_mul<CT>(pad_ct_div<CT>(jj, w), delta);
+  } else {
+    v = pad_ct_mul<CT>(jj, pad_ramp_step<CT>(start, stop, width));
+  }
+  v.re = pad_round<CT>(pad_dadd(v.re, start.re));
+  v.im = pad_round<CT>(pad_dadd(v.im, start.im));
+  return v;
+}
+
+// Which sides of a line have a zero linspace step (bit 0: before, bit 1: after), for pad_ramp_flags.
+template <int CT>
+PAD_HD int pad_line_ramp_zero(const unsigned char* y, long long off, long long step, long long before, long long n,
+                              long long after, int dt, PadCx start_lo, PadCx start_hi) {
+  int bits = 0;
+  if (before > 0) {
+    const PadCx s = pad_ramp_step<CT>(start_lo, pad_load_ct<CT>(y, off + before * step, dt), before);
+    bits |= s.re == 0.0 && s.im == 0.0 ? 1 : 0;
+  }
+  if (after > 0) {
+    const PadCx s = pad_ramp_step<CT>(start_hi, pad_load_ct<CT>(y, off + (before + n - 1) * step, dt), after);
+    bits |= s.re == 0.0 && s.im == 0.0 ? 2 : 0;
+  }
+  return bits;
+}
+
+// One line of a linear_ramp pass: the pads before run from the end value to the first interior element (not
+// included), the pads after mirror that from the last interior element to the other end value.
+template <int CT>
+PAD_HD void pad_line_ramp(unsigned char* y, long long off, long long step, long long before, long long n,
+                          long long after, int dt, PadCx start_lo, PadCx start_hi, int zero_bits, int lane, int G) {
+  const PadCx stop_lo = pad_load_ct<CT>(y, off + before * step, dt);
+  const PadCx stop_hi = pad_load_ct<CT>(y, off + (before + n - 1) * step, dt);
+  for (long long j = lane; j < before; j += G)
+    pad_store_ramp(y, off + j * step, dt, pad_ramp_value<CT>(start_lo, stop_lo, before, j, zero_bits & 1));
+  for (long long j = lane; j < after; j += G)
+    pad_store_ramp(y, off + (before + n + j) * step, dt,
+                   pad_ramp_value<CT>(start_hi, stop_hi, after, after - 1 - j, zero_bits & 2));
+}
+
+// ---- constants written per axis (complex128 constants with an imaginary part; constants of a Fortran-ordered
+// result whose sides differ): numpy's order, so a later axis' value wins in the corners ----------------------
+
+template <typename T> PAD_HD T pad_raw(unsigned long long lo, unsigned long long) { return (T)lo; }
+template <> PAD_HD PadRaw16 pad_raw<PadRaw16>(unsigned long long lo, unsigned long long hi) {
+  PadRaw16 v;
+  v.lo = lo;
+  v.hi = hi;
+  return v;
+}
+
+template <typename T>
+PAD_HD void pad_line_fill(T* y, long long off, long long step, long long before, long long n, long long after,
+                          T lo, T hi, int lane, int G) {
+  for (long long j = lane; j < before; j += G) y[off + j * step] = lo;
+  for (long long j = lane; j < after; j += G) y[off + (before + n + j) * step] = hi;
+}
+
+// ---- the lines of a pass ---------------------------------------------------------------------------------
+
+constexpr int PAD_LINE_GROUPS = 8;  // the other axes after merging (ops/pad.py loops over any beyond)
+
+struct PadLines {
+  long long nlines;               // below 2^31
+  long long count[PAD_LINE_GROUPS], stride[PAD_LINE_GROUPS];  // the other axes, slowest first (count 1: unused)
+  long long base;                 // offset of line 0's element 0 (the later axes' interior starts)
+  long long step;                 // stride of the padded axis (elements)
+  long long before, n, after;     // the padded axis: pad before, interior length, pad after
+  int group;                      // lanes a line: 1 or 32
+};
+
+// Element offset of line `line`'s first element. Lines and counts below 2^31 (ops/pad.py splits larger
+// launches): 32-bit division, no 64-bit division call.
+PAD_HD long long pad_line_offset(const PadLines& L, long long line) {
+  long long off = L.base;
+  unsigned rest = (unsigned)line;
+#pragma unroll
+  for (int g = PAD_LINE_GROUPS - 1; g >= 0; --g) {
+    const unsigned c = (unsigned)L.count[g], q = rest / c;
+    off += (long long)(rest - q * c) * L.stride[g];
+    rest = q;
+  }
+  return off;
+}
+
 #ifndef PAD_HOST
 // Every forward kernel takes the same arguments (ops/pad.py Geometry.args) and rebuilds PadParams. `unroll` is
 // read by none of them (the retired block-tile paths used it); dropping it would move the later parameters and
@@ -584,5 +1293,94 @@ __global__ void __launch_bounds__(256, 2) pad_gather2(const Tin* __restrict__ g,
                                                                   pad_runs<FMODE>(j, nw, outw, before_w, fold)));
     }
   }
+}
+
+// ---- the per-axis passes (numpy.pad's computing modes). Every pass takes the lines of one padded axis
+// (ops/pad.py line_geometry: PadLines, fewer than 2^31 lines a launch) and is launched with 256-thread blocks
+// and a 1-D grid covering the lines, one line to each group of `group` lanes (1 or 32: a warp, its lanes
+// striding along the line), no grid stride; y is the output (element offsets 64-bit), written in place.
+#define PAD_LINE_ARGS                                                                                      \
+  long long nlines, long long c0, long long s0, long long c1, long long s1, long long c2, long long s2,        \
+      long long c3, long long s3, long long c4, long long s4, long long c5, long long s5, long long c6,        \
+      long long s6, long long c7, long long s7, long long base, long long step, long long before, long long n, \
+      long long after, int group
+#define PAD_LINE_PARAMS(L)                                                                                  \
+  PadLines L;                                                                                              \
+  L.nlines = nlines; L.base = base; L.step = step; L.before = before; L.n = n; L.after = after;             \
+  L.group = group;                                                                                         \
+  L.count[0] = c0; L.count[1] = c1; L.count[2] = c2; L.count[3] = c3;                                      \
+  L.count[4] = c4; L.count[5] = c5; L.count[6] = c6; L.count[7] = c7;                                      \
+  L.stride[0] = s0; L.stride[1] = s1; L.stride[2] = s2; L.stride[3] = s3;                                  \
+  L.stride[4] = s4; L.stride[5] = s5; L.stride[6] = s6; L.stride[7] = s7;
+// This thread's line (the same for a group of 32: a warp leaves together) and its lane in the line's group.
+#define PAD_THREAD_LINE(L, line, lane)                                                                     \
+  const long long line = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> (L.group == 32 ? 5 : 0);    \
+  const int lane = (int)(threadIdx.x & (unsigned)(L.group - 1));                                           \
+  if (line >= L.nlines) return;
+
+// Constant pads of one axis (lo before, hi after: raw bits, 16-byte elements in two words). Launch: as above.
+template <typename T>
+__global__ void __launch_bounds__(256, 2) pad_axis_fill(T* __restrict__ y, PAD_LINE_ARGS, unsigned long long lo0,
+                                                     unsigned long long lo1, unsigned long long hi0,
+                                                     unsigned long long hi1) {
+  PAD_LINE_PARAMS(L)
+  const T lo = pad_raw<T>(lo0, lo1), hi = pad_raw<T>(hi0, hi1);
+  PAD_THREAD_LINE(L, line, lane)
+  pad_line_fill<T>(y, pad_line_offset(L, line), step, before, n, after, lo, hi, lane, group);
+}
+
+// reflect / symmetric (symmetric = 1) with reflect_type='odd' along one axis. Launch: as above; a group of 32
+// lanes meets at __syncwarp between numpy's chunks.
+template <int DT>
+__global__ void __launch_bounds__(256, 2) pad_axis_odd(unsigned char* __restrict__ y, PAD_LINE_ARGS, int symmetric) {
+  PAD_LINE_PARAMS(L)
+  PAD_THREAD_LINE(L, line, lane)
+  pad_line_odd<DT>(y, pad_line_offset(L, line), step, before, n, after, symmetric, lane, group);
+}
+
+// maximum / minimum / mean / median (stat: PAD_STAT_*) of the first llen and last rlen interior elements of each
+// line, filling its pads. Launch: as above; a group of 32 combines its lanes' partial results by shuffles. The
+// median is a radix select: one pass over the region per key bit.
+template <int DT>
+__global__ void __launch_bounds__(256, 2) pad_axis_stat(unsigned char* __restrict__ y, PAD_LINE_ARGS, int stat,
+                                                     long long llen, long long rlen) {
+  PAD_LINE_PARAMS(L)
+  PAD_THREAD_LINE(L, line, lane)
+  pad_line_stat<DT>(y, pad_line_offset(L, line), step, before, n, after, stat, llen, rlen, lane, group);
+}
+
+// linear_ramp, first pass: flags[0] (flags[1]) set when any line's linspace step before (after) the interior is
+// zero, as numpy.linspace tests its whole array of steps. Launch: as above with a thread a line (group is not
+// read); flags zeroed before.
+template <int CT>
+__global__ void __launch_bounds__(256, 2) pad_ramp_flags(const unsigned char* __restrict__ y,
+                                                      unsigned int* __restrict__ flags, PAD_LINE_ARGS, int dt,
+                                                      unsigned long long lo0, unsigned long long lo1,
+                                                      unsigned long long hi0, unsigned long long hi1) {
+  PAD_LINE_PARAMS(L)
+  const PadCx start_lo = pad_ct_value<CT>(lo0, lo1), start_hi = pad_ct_value<CT>(hi0, hi1);
+  const long long line = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const int bits = line < nlines ? pad_line_ramp_zero<CT>(y, pad_line_offset(L, line), step, before, n, after, dt,
+                                                          start_lo, start_hi) : 0;
+  const unsigned lo = __ballot_sync(0xffffffffu, bits & 1), hi = __ballot_sync(0xffffffffu, bits & 2);
+  if ((threadIdx.x & 31) == 0) {  // a warp's flags in one atomic each
+    if (lo) atomicOr(flags, 1u);
+    if (hi) atomicOr(flags + 1, 1u);
+  }
+}
+
+// linear_ramp, second pass: the ramps of one axis in numpy's compute dtype CT, stored as the array's dtype dt
+// (a run-time code). Launch: as above.
+template <int CT>
+__global__ void __launch_bounds__(256, 2) pad_axis_ramp(unsigned char* __restrict__ y,
+                                                     const unsigned int* __restrict__ flags, PAD_LINE_ARGS, int dt,
+                                                     unsigned long long lo0, unsigned long long lo1,
+                                                     unsigned long long hi0, unsigned long long hi1) {
+  PAD_LINE_PARAMS(L)
+  const PadCx start_lo = pad_ct_value<CT>(lo0, lo1), start_hi = pad_ct_value<CT>(hi0, hi1);
+  const int zero_bits = (flags[0] ? 1 : 0) | (flags[1] ? 2 : 0);
+  PAD_THREAD_LINE(L, line, lane)
+  pad_line_ramp<CT>(y, pad_line_offset(L, line), step, before, n, after, dt, start_lo, start_hi, zero_bits, lane,
+                    group);
 }
 #endif

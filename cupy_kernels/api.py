@@ -183,13 +183,20 @@ def timex_backward(w, k, grad_out, *, variant: str = "auto"):
 # ---- pad --------------------------------------------------------------------------------------------------
 
 
-def pad(x, pad_width, mode="constant", constant_values=0, stagger=0):
-    """numpy.pad for a CuPy array or a CUDA torch tensor, in one kernel; torch tensors are differentiable.
-    Modes: constant, edge, reflect, symmetric, wrap, and brick (brick-wall tiles: wrap with every other row
-    band shifted by `stagger`)."""
+def pad(x, pad_width, mode="constant", constant_values=_pad.UNSET, stagger=0, **kwargs):
+    """numpy.pad for a CuPy array or a CUDA torch tensor: every mode (constant, edge, linear_ramp, maximum, mean,
+    median, minimum, reflect, symmetric, wrap, empty, or a function), its keywords (constant_values, end_values,
+    stat_length, reflect_type: only those of the mode, as numpy.pad), numpy's results and the types of its errors;
+    a Fortran-ordered CuPy array pads into a Fortran-ordered result. Plus mode "brick" (brick-wall tiles: wrap with
+    every other row band shifted by `stagger`).
+
+    constant, edge, reflect, symmetric, wrap, empty and brick: one kernel, differentiable for torch tensors.
+    linear_ramp, the statistics and reflect_type='odd': a copy and a pass (two for linear_ramp) per padded axis,
+    no gradient (NotImplementedError when one is required). A function as mode: numpy.pad on a host copy
+    (docs/pad.md)."""
     if type(x) in _PLAIN or _tensor(x):
-        return _torch_ops.pad(x, _torch_ops.pad_spec(x, pad_width, mode, constant_values, stagger))
-    return _pad.pad_impl(x, _pad.spec_for(x, pad_width, mode, constant_values, stagger))
+        return _torch_ops.pad(x, _torch_ops.pad_spec(x, pad_width, mode, constant_values, stagger, kwargs))
+    return _pad.pad_impl(x, _pad.spec_for(x, pad_width, mode, constant_values, stagger, True, kwargs))
 
 
 # ---- in-place products ------------------------------------------------------------------------------------

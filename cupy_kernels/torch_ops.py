@@ -574,7 +574,7 @@ from .ops import pad as _pad  # noqa: E402
 
 def _pad_spec(shape, pads, mode, bits, stagger):
     pairs = [(pads[2 * i], pads[2 * i + 1]) for i in range(len(shape))]
-    return _pad.Spec(tuple(shape), pairs, mode, [b & 0xFFFFFFFFFFFFFFFF for b in bits], stagger)
+    return _pad.from_wire(tuple(shape), pairs, mode, bits, stagger)
 
 
 @torch.library.custom_op("cupy_kernels::pad", mutates_args=())
@@ -624,16 +624,33 @@ class _Pad(_Function):
         return _pad.pad_backward_impl(grad, ctx.spec), None
 
 
-def pad_spec(x, pad_width, mode, constant_values, stagger):
+# numpy's other modes validate with NumPy (linear_ramp's compute dtype comes from numpy.linspace): outside the traced
+# graph, which would trace NumPy as tensors.
+_numpy_spec = torch.compiler.disable(_pad.spec_for)
+
+
+def pad_spec(x, pad_width, mode, constant_values, stagger, options=None):
     """ops.pad's spec_for, without its identity cache while torch.compile traces."""
-    return _pad.spec_for(x, pad_width, mode, constant_values, stagger, not _is_compiling())
+    if _is_compiling():
+        if options or type(mode) is not str or mode not in _pad.MODES:
+            return _numpy_spec(x, pad_width, mode, constant_values, stagger, False, options)
+        return _pad.spec_for(x, pad_width, mode, constant_values, stagger, False, options)
+    return _pad.spec_for(x, pad_width, mode, constant_values, stagger, True, options)
 
 
 def pad(x, spec):
-    """ops.pad's pad for a torch tensor: `spec` is the validated ops.pad.Spec."""
+    """ops.pad's pad for a torch tensor: `spec` is the validated ops.pad.Spec. Without a backward (numpy's computing
+    modes, functions): NotImplementedError when a gradient is required."""
     if untraced(x):
         if torch.is_grad_enabled() and x.requires_grad:
+            if not spec.differentiable:
+                raise NotImplementedError(_pad.no_gradient(spec))
             return _Pad.apply(x, spec)
         return _pad.pad_impl(x, spec)
-    bits = [b - (1 << 64) if b >= 1 << 63 else b for b in spec.bits]  # int64 schema: raw bits as signed
-    return _pad_op(x, [v for pair in spec.pads for v in pair], spec.mode, bits, spec.stagger)
+    if spec.host is not None:
+        raise NotImplementedError("pad: a function as mode runs numpy.pad on the host: not under torch.compile or "
+                                  "a dispatch mode")
+    if not spec.differentiable and torch.is_grad_enabled() and x.requires_grad:
+        raise NotImplementedError(_pad.no_gradient(spec))
+    mode, values = _pad.wire(spec)  # int64 schema: raw bits as signed words
+    return _pad_op(x, [v for pair in spec.pads for v in pair], mode, values, spec.stagger)
