@@ -185,11 +185,11 @@ class _Cupy:
         return cupy.ascontiguousarray(x)
 
     @staticmethod
-    def empty_fn(shape, dtype: str, device: int):
-        """empty() as a call of no arguments (on the device current at the call)."""
+    def empty_fn(shape, dtype: str, device: int, order: str = "C"):
+        """empty() as a call of no arguments (on the device current at the call); order "F": Fortran-ordered."""
         import cupy
 
-        return functools.partial(cupy.empty, tuple(shape), dtype=numpy_dtype(dtype))
+        return functools.partial(cupy.empty, tuple(shape), dtype=numpy_dtype(dtype), order=order)
 
     @staticmethod
     def empty(shape, dtype: str, device: int):

@@ -19,7 +19,6 @@ the plan.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import sys
@@ -54,6 +53,7 @@ MAXD = 6          # PAD_MAXD in pad.cu
 NCONST = 2 * MAXD + 2
 LINE_GROUPS = 8   # PAD_LINE_GROUPS in pad.cu: the other axes of a per-axis pass's lines
 THREADS = 256     # the block of pad_flat, pad_rows, pad_gather, pad_gather2 and the per-axis passes
+GATHER_QUADS = 4  # PAD_GATHER_COLS in pad.cu: quads of 4 columns a thread of pad_gather2 loads before it stores
 MASK64 = (1 << 64) - 1
 
 
@@ -67,7 +67,6 @@ class _Unset:
 
 UNSET = _Unset()
 _numpy_pad = np.pad  # numpy's own (a caller may route np.pad through this module)
-GATHER_QUADS = 4  # PAD_GATHER_COLS in pad.cu: quads of 4 columns a thread of pad_gather2 loads before it stores
 # The kernels (paths): "flat" one chunk a thread, element by element (pad_flat); "rows" a warp a row segment
 # (pad_rows); "periodic" brick and short-period wrap rows, stores only (pad_periodic). The ladder's rungs force
 # one: "flat" (a thread per output chunk, as the original article's kernel takes a thread per pixel), "rows"
@@ -948,14 +947,6 @@ class _Entry:
     host: bool = False
 
 
-def _empty_fn(kind, shape, dtype, device, fortran):
-    if not fortran:
-        return kind.empty_fn(shape, dtype, device)
-    import cupy
-
-    return functools.partial(cupy.empty, tuple(shape), dtype=numpy_dtype(dtype), order="F")
-
-
 def _build(kind, x, spec: Spec, rung, device) -> _Entry:
     """Validate a pad call and plan it (a miss of PLANS: every check happens here). A Fortran-ordered CuPy array
     (numpy's flags.fnc) pads into a Fortran-ordered result, as numpy.pad's does (brick, no NumPy mode: C order)."""
@@ -970,7 +961,7 @@ def _build(kind, x, spec: Spec, rung, device) -> _Entry:
     out_shape = spec.out_shape
     strides = tuple(kind.strides(x))
     fortran = kind is CUPY and spec.mode != "brick" and fortran_only(shape, strides)
-    new_output = _empty_fn(kind, out_shape, dt, device, fortran)
+    new_output = kind.empty_fn(out_shape, dt, device, "F") if fortran else kind.empty_fn(out_shape, dt, device)
     if not shape or math.prod(out_shape) == 0:
         return _Entry(out_shape, dt, False, None, new_output=new_output)
     itemsize = ITEMSIZE[dt]
