@@ -26,6 +26,8 @@
 #define PAD_HD inline
 #define PAD_CONSTEXPR constexpr
 template <typename To, typename From> inline To pad_cast(From v) { return (To)v; }
+template <typename T, int N> struct alignas(sizeof(T) * N) Pack { T v[N]; };
+template <typename T> struct AccOf { typedef T type; };
 #else
 #include "common/types.cuh"
 #define PAD_HD __device__ __forceinline__
@@ -348,26 +350,171 @@ PAD_HD PadRuns pad_runs(long long i, long long n, long long outk, long long befo
   return r;
 }
 
-// One element of the last two axes' gather-sum: per source row (rows' runs in order) a partial over the source
-// columns, the partials added in row order: the sums of two pad_gather launches (columns, then rows), exactly.
-template <typename Tin, typename A>
-PAD_HD A pad_gather_two_one(const Tin* base, long long outw, const PadRuns& rows, const PadRuns& cols) {
-  A acc = A(0);
+// ---- Backward of the last two axes in one pass (pad_gather2): r (A, nh, nw) <- the gather-sum of g (A, outh, outw),
+// both C-contiguous (FMODE: FOLD_EDGE_AXIS or FOLD_PERIODIC_AXIS): per source row (rows' runs in order) a partial over
+// the source columns, the partials added in row order, the sums of two pad_gather launches.
+// Columns [jlo, jhi) (the host's interior_span) have one source each, at before_w + index. A row's work items are
+// the aligned quads of 4 columns inside that span (quad columns [4 qlo, 4 qhi)), then its other columns one item each,
+// so a warp's lanes mostly take one kind. Items are numbered row by row; a thread takes PAD_GATHER_ITEMS of them a
+// grid apart and loads every item's first values (a quad: its first source row, one vector load when aligned; a
+// column: the first value of each (row run, column run) pair) before it adds anything. Rows [ilo, ihi) have one
+// source, at before_h + index.
+constexpr int PAD_GATHER_ITEMS = 4;
+
+// The quads of a row: [qlo, qhi) in units of 4 columns (empty: qlo == qhi == 0).
+PAD_HD void pad_gather2_quads(long long jlo, long long jhi, long long& qlo, long long& qhi) {
+  qlo = (jlo + 3) / 4;
+  qhi = jhi / 4;
+  if (qhi <= qlo) qlo = qhi = 0;
+}
+
+// q = a / b, r = a % b for 0 <= a < 2^51, b >= 1, with inv = 1.0 / b: a double product, then one correction (its
+// error is below 1). A few instructions where a 64-bit division is a long subroutine.
+PAD_HD void pad_divmod_inv(long long a, long long b, double inv, long long& q, long long& r) {
+  q = (long long)((double)a * inv);
+  r = a - q * b;
+  if (r < 0) {
+    --q;
+    r += b;
+  } else if (r >= b) {
+    ++q;
+    r -= b;
+  }
+}
+
+// Work item t: its row of r (a, i), and its first column j0; quad: whether it is a quad. inv_row, inv_nh: 1.0 / the
+// items of a row, 1.0 / nh.
+PAD_HD void pad_gather2_item(long long t, long long nh, long long nw, long long qlo, long long qhi, double inv_row,
+                             double inv_nh, long long& row, long long& a, long long& i, long long& j0, bool& quad) {
+  const long long nq = qhi - qlo, per_row = nw - 3 * nq;
+  long long k;
+  pad_divmod_inv(t, per_row, inv_row, row, k);
+  pad_divmod_inv(row, nh, inv_nh, a, i);
+  quad = k < nq;
+  j0 = quad ? 4 * (qlo + k) : k - nq < 4 * qlo ? k - nq : k - nq + 4 * nq;
+}
+
+// The work items of the launch.
+PAD_HD long long pad_gather2_items(long long A, long long nh, long long nw, long long jlo, long long jhi) {
+  long long qlo, qhi;
+  pad_gather2_quads(jlo, jhi, qlo, qhi);
+  return A * nh * (nw - 3 * (qhi - qlo));
+}
+
+// One thread's step: items t0 + u * threads, u < PAD_GATHER_ITEMS (the kernel's body; the host harness runs it too).
+template <int FMODE, typename Tin, typename Tout>
+PAD_HD void pad_gather2_step(const Tin* __restrict__ g, Tout* __restrict__ r, long long A, long long outh,
+                             long long nh, long long outw, long long nw, long long before_h, long long before_w,
+                             int fold, long long ilo, long long ihi, long long jlo, long long jhi, long long t0,
+                             long long threads) {
+  typedef typename AccOf<Tin>::type Acc;
+  typedef Pack<Tin, 4> In4;
+  typedef Pack<Tout, 4> Out4;
+  long long qlo, qhi;
+  pad_gather2_quads(jlo, jhi, qlo, qhi);
+  const long long items = pad_gather2_items(A, nh, nw, jlo, jhi);
+  const double inv_row = 1.0 / (double)(nw - 3 * (qhi - qlo)), inv_nh = 1.0 / (double)nh;
+  // v[u]: a quad's 4 partial sums; a column's first values [row run][column run] (flattened)
+  Acc v[PAD_GATHER_ITEMS][4];
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {  // (constant indices into the runs: they stay in registers)
-    if (k == rows.count) break;
-    for (long long oh = rows.o0[k]; oh < rows.end; oh += rows.step) {
-      A part = A(0);
+  for (int u = 0; u < PAD_GATHER_ITEMS; ++u) {
+    const long long t = t0 + u * threads;
+    if (t >= items) break;
+    long long row, a, i, j0;
+    bool quad;
+    pad_gather2_item(t, nh, nw, qlo, qhi, inv_row, inv_nh, row, a, i, j0, quad);
+    const Tin* gin = g + a * outh * outw;
+    if (quad) {
+      const long long oh = i >= ilo && i < ihi ? before_h + i : pad_runs<FMODE>(i, nh, outh, before_h, fold).o0[0];
+      const Tin* src = gin + oh * outw + before_w + j0;
+      if ((reinterpret_cast<unsigned long long>(src) & (sizeof(In4) - 1)) == 0) {
+        const In4 x = *reinterpret_cast<const In4*>(src);
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        if (m == cols.count) break;
-        for (long long ow = cols.o0[m]; ow < cols.end; ow += cols.step) part += pad_cast<A>(base[oh * outw + ow]);
+        for (int e = 0; e < 4; ++e) v[u][e] = Acc(0) + pad_cast<Acc>(x.v[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[u][e] = Acc(0) + pad_cast<Acc>(src[e]);
       }
-      acc += part;
+    } else {
+      const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold), cols = pad_runs<FMODE>(j0, nw, outw, before_w, fold);
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+#pragma unroll
+        for (int m = 0; m < 2; ++m)  // (a run may be empty: its first coordinate at or past the end)
+          v[u][2 * k + m] = k < rows.count && m < cols.count && rows.o0[k] < rows.end && cols.o0[m] < cols.end
+                                ? pad_cast<Acc>(gin[rows.o0[k] * outw + cols.o0[m]]) : Acc(0);
     }
   }
-  return acc;
+#pragma unroll
+  for (int u = 0; u < PAD_GATHER_ITEMS; ++u) {
+    const long long t = t0 + u * threads;
+    if (t >= items) break;
+    long long row, a, i, j0;
+    bool quad;
+    pad_gather2_item(t, nh, nw, qlo, qhi, inv_row, inv_nh, row, a, i, j0, quad);
+    const Tin* gin = g + a * outh * outw;
+    Tout* dst = r + row * nw + j0;
+    if (quad) {
+      if (i < ilo || i >= ihi) {  // the row's further sources, in order (the first is in v)
+        const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold);
+        const Tin* src = gin + before_w + j0;
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          if (k == rows.count) break;
+#pragma unroll 4
+          for (long long oh = rows.o0[k] + (k == 0 ? rows.step : 0); oh < rows.end; oh += rows.step)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) v[u][e] += pad_cast<Acc>(src[oh * outw + e]);
+        }
+      }
+      if ((reinterpret_cast<unsigned long long>(dst) & (sizeof(Out4) - 1)) == 0) {
+        Out4 y;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) y.v[e] = pad_cast<Tout>(v[u][e]);
+        *reinterpret_cast<Out4*>(dst) = y;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dst[e] = pad_cast<Tout>(v[u][e]);
+      }
+      continue;
+    }
+    // a column: every (row, column) source in order, the runs' first pairs from v, the rest (wide pads) loaded here
+    const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold), cols = pad_runs<FMODE>(j0, nw, outw, before_w, fold);
+    Acc acc = Acc(0);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (k == rows.count) break;
+      for (long long oh = rows.o0[k]; oh < rows.end; oh += rows.step) {
+        Acc part = Acc(0);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          if (m == cols.count) break;
+          if (cols.o0[m] >= cols.end) continue;
+          part += oh == rows.o0[k] ? v[u][2 * k + m] : pad_cast<Acc>(gin[oh * outw + cols.o0[m]]);
+#pragma unroll 4
+          for (long long ow = cols.o0[m] + cols.step; ow < cols.end; ow += cols.step) part += pad_cast<Acc>(gin[oh * outw + ow]);
+        }
+        acc += part;
+      }
+    }
+    *dst = pad_cast<Tout>(acc);
+  }
 }
+
+#ifndef PAD_HOST
+// Launch: 1-D grid (capped; grid-strides) over the work items (pad_gather2_items), block 256; any size (64-bit).
+// 3 blocks an SM (2 for double): the registers of PAD_GATHER_ITEMS items in flight without spills.
+template <int FMODE, typename Tin, typename Tout>
+__global__ void __launch_bounds__(256, sizeof(Tin) == 8 ? 2 : 3) pad_gather2(const Tin* __restrict__ g, Tout* __restrict__ r,
+                                                   long long A, long long outh, long long nh, long long outw,
+                                                   long long nw, long long before_h, long long before_w, int fold,
+                                                   long long ilo, long long ihi, long long jlo, long long jhi) {
+  const long long items = pad_gather2_items(A, nh, nw, jlo, jhi), threads = (long long)gridDim.x * blockDim.x;
+  for (long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; t0 < items; t0 += threads * PAD_GATHER_ITEMS)
+    pad_gather2_step<FMODE, Tin, Tout>(g, r, A, outh, nh, outw, nw, before_h, before_w, fold, ilo, ihi, jlo, jhi,
+                                       t0, threads);
+}
+#endif
 
 // ---- Rows of >= 32 chunks, a warp per unit (pad_rows, the default): unit t is segment t % tpr of
 // row t / tpr, `tile_chunks` chunks long. Every lane decodes the row itself (same values on all
@@ -1231,70 +1378,6 @@ __global__ void __launch_bounds__(256, 4) pad_gather(const Tin* __restrict__ g, 
     }
   }
 }
-// Backward of the last two axes in one pass: r (A, nh, nw) <- the gather-sum of g (A, outh, outw), both C-contiguous
-// (FMODE: FOLD_EDGE_AXIS or FOLD_PERIODIC_AXIS), the same sums as two pad_gather launches without the intermediate.
-// The work is quads of 4 columns of a row, numbered row by row; a thread takes PAD_GATHER_COLS quads a grid apart
-// and loads them all before it stores. Rows [ilo, ihi) and columns [jlo, jhi) (the host's interior_span) have one
-// source each, at before + index: such a quad, aligned, is one vector load; other elements sum their runs after the
-// quads are stored. Launch: 1-D grid (capped; grid-strides), block 256; any size (64-bit).
-constexpr int PAD_GATHER_COLS = 4;
-
-template <int FMODE, typename Tin, typename Tout>
-__global__ void __launch_bounds__(256, 2) pad_gather2(const Tin* __restrict__ g, Tout* __restrict__ r, long long A,
-                                                   long long outh, long long nh, long long outw, long long nw,
-                                                   long long before_h, long long before_w, int fold, long long ilo,
-                                                   long long ihi, long long jlo, long long jhi) {
-  typedef typename AccOf<Tin>::type Acc;
-  typedef Pack<Tin, 4> In4;
-  typedef Pack<Tout, 4> Out4;
-  const long long quads_per_row = (nw + 3) / 4, quads = A * nh * quads_per_row;
-  const long long threads = (long long)gridDim.x * blockDim.x;
-  for (long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; t0 < quads; t0 += threads * PAD_GATHER_COLS) {
-    Acc v[PAD_GATHER_COLS][4];
-    Tout* dst[PAD_GATHER_COLS];
-    unsigned loaded = 0;  // bit u: quad u was one vector load
-#pragma unroll
-    for (int u = 0; u < PAD_GATHER_COLS; ++u) {
-      const long long t = t0 + u * threads;
-      long long row, jq, a, i;
-      pad_divmod(t, quads_per_row, row, jq);
-      pad_divmod(row, nh, a, i);
-      const long long j0 = 4 * jq;
-      const Tin* src = g + (a * outh + before_h + i) * outw + before_w + j0;
-      dst[u] = r + row * nw + j0;
-      if (t < quads && i >= ilo && i < ihi && j0 >= jlo && j0 + 4 <= jhi &&
-          (reinterpret_cast<unsigned long long>(src) & (sizeof(In4) - 1)) == 0 &&
-          (reinterpret_cast<unsigned long long>(dst[u]) & (sizeof(Out4) - 1)) == 0) {
-        loaded |= 1u << u;
-        const In4 x = *reinterpret_cast<const In4*>(src);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) v[u][e] = pad_cast<Acc>(x.v[e]);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < PAD_GATHER_COLS; ++u) {
-      if (!(loaded >> u & 1)) continue;
-      Out4 y;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) y.v[e] = cast<Tout>(v[u][e]);
-      *reinterpret_cast<Out4*>(dst[u]) = y;
-    }
-    // the borders (and unaligned quads): each element's runs summed, once the quads' registers are free
-#pragma unroll 1
-    for (int u = 0; u < PAD_GATHER_COLS; ++u) {
-      const long long t = t0 + u * threads;
-      if ((loaded >> u & 1) || t >= quads) continue;
-      long long row, jq, a, i;
-      pad_divmod(t, quads_per_row, row, jq);
-      pad_divmod(row, nh, a, i);
-      const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold);
-      for (long long j = 4 * jq; j < 4 * jq + 4 && j < nw; ++j)
-        r[row * nw + j] = cast<Tout>(pad_gather_two_one<Tin, Acc>(g + a * outh * outw, outw, rows,
-                                                                  pad_runs<FMODE>(j, nw, outw, before_w, fold)));
-    }
-  }
-}
-
 // ---- the per-axis passes (numpy.pad's computing modes). Every pass takes the lines of one padded axis
 // (ops/pad.py line_geometry: PadLines, fewer than 2^31 lines a launch) and is launched with 256-thread blocks
 // and a 1-D grid covering the lines, one line to each group of `group` lanes (1 or 32: a warp, its lanes

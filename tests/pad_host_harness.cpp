@@ -104,14 +104,17 @@ int main() {
     std::vector<double> g(A * outh * outw);
     if (!g.empty() && fread(g.data(), sizeof(double), g.size(), stdin) != g.size()) return 3;
     std::vector<double> r(A * nh * nw);
-    for (long long idx = 0; idx < (long long)r.size(); ++idx) {
-      const long long j = idx % nw, ai = idx / nw, i = ai % nh, a = ai / nh;
-      const PadRuns rows = fkind == 0 ? pad_runs<0>(i, nh, outh, bh, fold) : pad_runs<1>(i, nh, outh, bh, fold);
-      const PadRuns cols = fkind == 0 ? pad_runs<0>(j, nw, outw, bw, fold) : pad_runs<1>(j, nw, outw, bw, fold);
-      const double* base = g.data() + a * outh * outw;
-      r[idx] = i >= ilo && i < ihi && j >= jlo && j < jhi ? base[(bh + i) * outw + bw + j]  // the kernel's interior
-                                                          : pad_gather_two_one<double, double>(base, outw, rows, cols);
-    }
+    // the kernel's steps, thread by thread, on a grid of 5 threads (each takes several steps of PAD_GATHER_ITEMS items)
+    const long long items = pad_gather2_items(A, nh, nw, jlo, jhi), threads = 5;
+    for (long long tid = 0; tid < threads; ++tid)
+      for (long long t0 = tid; t0 < items; t0 += threads * PAD_GATHER_ITEMS) {
+        if (fkind == 0)
+          pad_gather2_step<0, double, double>(g.data(), r.data(), A, outh, nh, outw, nw, bh, bw, fold, ilo, ihi, jlo, jhi,
+                                              t0, threads);
+        else
+          pad_gather2_step<1, double, double>(g.data(), r.data(), A, outh, nh, outw, nw, bh, bw, fold, ilo, ihi, jlo, jhi,
+                                              t0, threads);
+      }
     fwrite(r.data(), sizeof(double), r.size(), stdout);
     return 0;
   }

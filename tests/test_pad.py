@@ -1052,9 +1052,12 @@ def test_backward_plan_on_host_matches_adjoint(no_device):
     host harness in float64), equal to the adjoint of the index maps."""
     exe = harness()
     g = rng()
-    for mode in ("edge", "reflect", "symmetric", "wrap", "brick"):
-        shape = (2, 3, 4, 5)
-        pw = [(int(g.integers(0, 3)), int(g.integers(0, 9))) for _ in shape]
+    # small axes with random pads; then pads narrow beside an interior, so that pad_gather2's quads lie in it, across
+    # its ends and in border rows (an output width of 4k + 1: unaligned rows)
+    cases = [((2, 3, 4, 5), None), ((1, 2, 40, 45), ((0, 0), (0, 0), (5, 6), (7, 4))),
+             ((2, 1, 24, 32), ((0, 0), (0, 0), (4, 4), (4, 5)))]
+    for (shape, fixed), mode in itertools.product(cases, ("edge", "reflect", "symmetric", "wrap", "brick")):
+        pw = fixed or [(int(g.integers(0, 3)), int(g.integers(0, 9))) for _ in shape]
         spec = P.normalize(shape, np.dtype("float64"), pw, mode, stagger=2 if mode == "brick" else 0)
         axes = sorted({i for i, p in enumerate(spec.pads) if p != (0, 0)} | ({3} if mode == "brick" else set()),
                       reverse=True)
@@ -1688,7 +1691,9 @@ def test_torch_autograd(mode, dtype):
     import cupy_kernels as ck
 
     tol = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
-    for shape, pw in [((2, 3, 5, 4), ((0, 1), (0, 0), (7, 12), (3, 9))), ((17, 13), ((40, 3), (2, 50)))]:
+    # pads wider than the axes; pads narrow beside an interior (aligned quads, and quads across its ends)
+    for shape, pw in [((2, 3, 5, 4), ((0, 1), (0, 0), (7, 12), (3, 9))), ((17, 13), ((40, 3), (2, 50))),
+                      ((2, 3, 40, 45), ((0, 0), (0, 0), (5, 6), (7, 4))), ((2, 2, 48, 64), ((0, 0), (0, 0), (8, 8), (8, 8)))]:
         x = torch.randn(*shape, device="cuda", dtype=torch.float64).to(getattr(torch, dtype)).requires_grad_()
         stagger = 3 if mode == "brick" else 0
         cv = 2.0 if mode == "constant" else P.UNSET
