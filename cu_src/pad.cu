@@ -174,37 +174,66 @@ PAD_HD T pad_value(const PadParams& p, const PadRow& r, const T* x, int c) {
   }
 }
 
-// The 16 bytes of output starting at column col0 of a row (col0 may be negative for a row that
-// starts mid-chunk; columns outside [0, wtot) are left unset). Interior chunks are one 16-byte load
-// when x is aligned alike; others walk the index map element by element (one modulo per chunk).
-template <int MODE, typename T>
-PAD_HD void pad_load_chunk(const PadParams& p, const PadRow& r, const T* x, int col0, PadPack<T>& out) {
-  constexpr int V = 16 / sizeof(T);
-  const int blk = (int)p.blk, ln = (int)p.ln, wtot = (int)p.wtot;
-  if (MODE != PAD_BRICK) {
-    const int lo = (int)p.lbefore * blk, hi = lo + ln * blk;
-    if (MODE == PAD_CONSTANT && col0 >= 0 && col0 + V <= wtot && (col0 + V <= lo || col0 >= hi)) {
-      const T v = col0 + V <= lo ? (T)p.cval[2 * PAD_MAXD] : (T)p.cval[2 * PAD_MAXD + 1];  // wholly in a pad
-#pragma unroll
-      for (int e = 0; e < V; ++e) out.v[e] = v;
-      return;
-    }
-    if (col0 >= lo && col0 + V <= hi) {
-      if (MODE == PAD_CONSTANT && r.cidx >= 0) {
-        const T v = (T)r.cv;
-#pragma unroll
-        for (int e = 0; e < V; ++e) out.v[e] = v;
-        return;
-      }
-      if (p.contig) {
-        const T* s = x + r.src + (col0 - lo);
-        if ((reinterpret_cast<unsigned long long>(s) & 15) == 0) {
-          out = *reinterpret_cast<const PadPack<T>*>(s);
-          return;
-        }
-      }
-    }
+// 16 bytes as four words: pad_rows' batched chunks (a PadPack of bytes kept byte by byte would take 16 registers).
+struct alignas(16) PadWords { unsigned w[4]; };
+
+// v repeated over 16 bytes.
+template <typename T>
+PAD_HD PadWords pad_splat(T v) {
+  PadWords o;
+  if constexpr (sizeof(T) == 16) {
+    o.w[0] = (unsigned)v.lo, o.w[1] = (unsigned)(v.lo >> 32), o.w[2] = (unsigned)v.hi, o.w[3] = (unsigned)(v.hi >> 32);
+  } else if constexpr (sizeof(T) == 8) {
+    o.w[0] = o.w[2] = (unsigned)v, o.w[1] = o.w[3] = (unsigned)(v >> 32);
+  } else {
+    const unsigned w = sizeof(T) == 1 ? (unsigned)v * 0x01010101u : sizeof(T) == 2 ? (unsigned)v * 0x00010001u : (unsigned)v;
+    o.w[0] = o.w[1] = o.w[2] = o.w[3] = w;
   }
+  return o;
+}
+
+#ifdef PAD_HOST
+PAD_HD PadWords pad_load_words(const void* a) { PadWords o; memcpy(&o, a, 16); return o; }
+PAD_HD void pad_store_words(void* dst, const PadWords& v) { memcpy(dst, &v, 16); }
+#else
+PAD_HD PadWords pad_load_words(const void* a) { return *reinterpret_cast<const PadWords*>(a); }
+PAD_HD void pad_store_words(void* dst, const PadWords& v) { *reinterpret_cast<PadWords*>(dst) = v; }
+#endif
+
+// pad_rows' cheap chunks (phase 1 of pad_rows_unit): 1 for a chunk stored here, a fill (wholly in a constant pad,
+// or wholly interior in a constant row); 2 for one wholly interior that is one 16-byte load (out; x aligned alike);
+// 0 for the others (nothing done).
+template <int MODE, typename T>
+PAD_HD int pad_fast_chunk(const PadParams& p, const PadRow& r, const T* x, T* dst, int col0, PadWords& out) {
+  constexpr int V = 16 / sizeof(T);
+  if (MODE == PAD_BRICK) return 0;
+  const int blk = (int)p.blk, wtot = (int)p.wtot;
+  const int lo = (int)p.lbefore * blk, hi = lo + (int)p.ln * blk;
+  if (MODE == PAD_CONSTANT && col0 >= 0 && col0 + V <= wtot && (col0 + V <= lo || col0 >= hi)) {
+    pad_store_words(dst, pad_splat<T>(col0 + V <= lo ? (T)p.cval[2 * PAD_MAXD] : (T)p.cval[2 * PAD_MAXD + 1]));
+    return 1;
+  }
+  if (col0 < lo || col0 + V > hi) return 0;
+  if (MODE == PAD_CONSTANT && r.cidx >= 0) {
+    pad_store_words(dst, pad_splat<T>((T)r.cv));
+    return 1;
+  }
+  if (!p.contig) return 0;
+  const T* s = x + r.src + (col0 - lo);
+  if ((reinterpret_cast<unsigned long long>(s) & 15) != 0) return 0;
+  out = pad_load_words(s);
+  return 2;
+}
+
+// The 16 bytes of output starting at column col0 of a row, element by element through the index map (one modulo
+// a chunk). col0 may be negative for a row that starts mid-chunk; columns outside [0, wtot) are left unset.
+// DIRECT: stored to yrow[column] 8 elements at a time (loads of a group first: 1- and 2-byte elements, whose 16
+// loads in flight took 16 registers besides pad_rows' batch); else all into out.
+template <int MODE, typename T, bool DIRECT = false>
+PAD_HD void pad_load_chunk(const PadParams& p, const PadRow& r, const T* x, int col0, PadPack<T>& out,
+                           T* yrow = nullptr) {
+  constexpr int V = 16 / sizeof(T), U = DIRECT && V > 4 ? 4 : V, GROUPS_UNROLL = DIRECT ? 1 : V;
+  const int blk = (int)p.blk, ln = (int)p.ln, wtot = (int)p.wtot;
   const int c0 = col0 < 0 ? 0 : col0;
   int w = blk == 1 ? c0 : c0 / blk, b = c0 - w * blk;
   int k = w - (int)r.origin;
@@ -215,27 +244,103 @@ PAD_HD void pad_load_chunk(const PadParams& p, const PadRow& r, const T* x, int 
     q = pad_pmod32(k, P);
   }
   const T* xr = x + r.src;
+#pragma unroll GROUPS_UNROLL
+  for (int e0 = 0; e0 < V; e0 += U) {
+    T v[U];
 #pragma unroll
-  for (int e = 0; e < V; ++e) {
-    const int c = col0 + e;
-    if (c < 0 || c >= wtot) continue;
-    T v;
+    for (int i = 0; i < U; ++i) {
+      const int c = col0 + e0 + i;
+      if (c < 0 || c >= wtot) continue;
+      if (MODE == PAD_CONSTANT) {
+        v[i] = k < 0 ? (T)p.cval[2 * PAD_MAXD]
+               : k >= ln ? (T)p.cval[2 * PAD_MAXD + 1]
+               : r.cidx >= 0 ? (T)r.cv
+                             : xr[k * p.lstride + b];
+      } else if (MODE == PAD_EDGE) {
+        v[i] = xr[(k < 0 ? 0 : k >= ln ? ln - 1 : k) * p.lstride + b];
+      } else {
+        v[i] = xr[(q < ln ? q : fold == FOLD_REFLECT ? P - q : P - 1 - q) * p.lstride + b];
+      }
+      if (++b == blk) {
+        b = 0;
+        ++k;
+        if (++q == P) q = 0;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int c = col0 + e0 + i;
+      if (c < 0 || c >= wtot) continue;
+      if constexpr (DIRECT) yrow[c] = v[i];
+      else out.v[e0 + i] = v[i];
+    }
+  }
+}
+
+#ifdef PAD_HOST
+PAD_HD unsigned pad_byte_perm(unsigned a, unsigned b, unsigned sel) {  // CUDA's __byte_perm (selectors 0-7)
+  const unsigned long long v = (unsigned long long)b << 32 | a;
+  unsigned out = 0;
+  for (int n = 0; n < 4; ++n) out |= (unsigned)(v >> (8 * ((sel >> (4 * n)) & 7)) & 0xff) << (8 * n);
+  return out;
+}
+PAD_HD unsigned pad_word(const unsigned char* a) { unsigned w; memcpy(&w, a, 4); return w; }
+PAD_HD int pad_lowest_bit(unsigned m) { return __builtin_ctz(m); }  // m != 0
+#else
+PAD_HD unsigned pad_byte_perm(unsigned a, unsigned b, unsigned sel) { return __byte_perm(a, b, sel); }
+PAD_HD unsigned pad_word(const unsigned char* a) { return *reinterpret_cast<const unsigned*>(a); }
+PAD_HD int pad_lowest_bit(unsigned m) { return __ffs(m) - 1; }
+#endif
+
+// A whole chunk of 1- or 2-byte elements (blk 1, lstride 1) whose sources are one run of x (ascending, reversed,
+// or one element repeated): aligned word loads and byte permutes instead of 8-16 scalar loads, stored at dst
+// (16-byte aligned). False, nothing done, for other chunks (a fold or a pad edge inside, partial, strided).
+template <int MODE, typename T>
+PAD_HD bool pad_run_chunk(const PadParams& p, const PadRow& r, const T* x, T* dst, int col0) {
+  constexpr int V = 16 / sizeof(T);
+  if constexpr (sizeof(T) > 2) {
+    return false;
+  } else {
+    if (p.blk != 1 || p.lstride != 1 || col0 < 0 || col0 + V > (int)p.wtot) return false;
+    const int ln = (int)p.ln, k = col0 - (int)r.origin;
+    int s, dir;  // sources s, s + dir, ..., s + (V - 1) dir (before r.src)
     if (MODE == PAD_CONSTANT) {
-      v = k < 0 ? (T)p.cval[2 * PAD_MAXD]
-          : k >= ln ? (T)p.cval[2 * PAD_MAXD + 1]
-          : r.cidx >= 0 ? (T)r.cv
-                        : xr[k * p.lstride + b];
+      if (r.cidx >= 0 || k < 0 || k > ln - V) return false;
+      s = k, dir = 1;
     } else if (MODE == PAD_EDGE) {
-      v = xr[(k < 0 ? 0 : k >= ln ? ln - 1 : k) * p.lstride + b];
+      if (k + V <= 1) s = 0, dir = 0;
+      else if (k >= ln - 1) s = ln - 1, dir = 0;
+      else if (k >= 0 && k <= ln - V) s = k, dir = 1;
+      else return false;
     } else {
-      v = xr[(q < ln ? q : fold == FOLD_REFLECT ? P - q : P - 1 - q) * p.lstride + b];
+      const int fold = MODE == PAD_BRICK ? FOLD_WRAP : p.fold;
+      const int P = (int)pad_period(ln, fold), q = pad_pmod32(k, P);
+      if (q <= ln - V) s = q, dir = 1;
+      else if (fold != FOLD_WRAP && q >= ln && q + V <= P) s = fold == FOLD_REFLECT ? P - q : P - 1 - q, dir = -1;
+      else return false;  // folds inside the chunk
     }
-    out.v[e] = v;
-    if (++b == blk) {
-      b = 0;
-      ++k;
-      if (++q == P) q = 0;
+    const T* xr = x + r.src;
+    if (dir == 0) {
+      const unsigned e = (unsigned)xr[s], w = sizeof(T) == 1 ? e * 0x01010101u : e * 0x00010001u;
+      pad_store_words(dst, PadWords{{w, w, w, w}});
+      return true;
     }
+    // the run's 16 bytes from the words w[0..4] around them: byte sh + i of the words is byte i of the run
+    const unsigned char* a = reinterpret_cast<const unsigned char*>(xr + (dir > 0 ? s : s - (V - 1)));
+    const unsigned sh = (unsigned)(reinterpret_cast<unsigned long long>(a) & 3);
+    a -= sh;
+    const unsigned w0 = pad_word(a), w1 = pad_word(a + 4), w2 = pad_word(a + 8), w3 = pad_word(a + 12);
+    const unsigned w4 = sh ? pad_word(a + 16) : 0u;  // (not past the run's last word)
+    if (dir > 0) {
+      const unsigned sel = 0x3210u + 0x1111u * sh;
+      pad_store_words(dst, PadWords{{pad_byte_perm(w0, w1, sel), pad_byte_perm(w1, w2, sel),
+                                     pad_byte_perm(w2, w3, sel), pad_byte_perm(w3, w4, sel)}});
+    } else {  // output word i: the run's word 3 - i, its elements reversed
+      const unsigned sel = (sizeof(T) == 1 ? 0x0123u : 0x1032u) + 0x1111u * sh;
+      pad_store_words(dst, PadWords{{pad_byte_perm(w3, w4, sel), pad_byte_perm(w2, w3, sel),
+                                     pad_byte_perm(w1, w2, sel), pad_byte_perm(w0, w1, sel)}});
+    }
+    return true;
   }
 }
 
@@ -518,9 +623,14 @@ __global__ void __launch_bounds__(256, sizeof(Tin) == 8 ? 2 : 3) pad_gather2(con
 
 // ---- Rows of >= 32 chunks, a warp per unit (pad_rows, the default): unit t is segment t % tpr of
 // row t / tpr, `tile_chunks` chunks long. Every lane decodes the row itself (same values on all
-// lanes: no shared memory, no barrier), then walks the unit's chunks PAD_BATCH at a time per lane,
-// loads first, stores after, so a warp keeps up to 32 * PAD_BATCH * 16 bytes in flight.
-template <typename T> struct PadBatch { static constexpr int value = sizeof(T) >= 4 ? 4 : (int)sizeof(T); };
+// lanes: no shared memory, no barrier), then walks the unit PadBatch chunks a lane per step: phase 1
+// (unrolled) issues the 16-byte loads of interior chunks, so a warp keeps up to 32 * PadBatch * 16 bytes
+// in flight, and stores constant fills at once; phase 2 computes and stores the other chunks one at a
+// time while those loads fly (the element path unrolled over the batch cost registers and code); then
+// the loaded chunks are stored.
+// Batch: 4 for 4- to 16-byte types (as before the phases); 6 for 1- and 2-byte types, so a 1152-element
+// row (1024 + 2 * 64: 72 uint8 / 144 uint16 chunks) is one step (not swept; 8 spilled, sm_90).
+template <typename T> struct PadBatch { static constexpr int value = sizeof(T) >= 4 ? 4 : 6; };
 
 template <int MODE, typename T>
 PAD_HD void pad_rows_unit(const PadParams& p, const T* x, T* y, long long t, int lane) {
@@ -530,18 +640,32 @@ PAD_HD void pad_rows_unit(const PadParams& p, const T* x, T* y, long long t, int
   const PadRow r = pad_decode_row<MODE>(p, row);
   const long long E = row * p.wtot;
   const int w32 = (int)p.wtot, S = p.tile_chunks;
-  for (int j0 = 0; j0 < S; j0 += 32 * B) {
-    PadPack<T> v[B];
-    int col[B];
+  for (int j0 = lane; j0 < S; j0 += 32 * B) {
+    PadWords v[B];
+    unsigned done = 0, rest = 0;  // bit u: chunk j0 + 32 u loaded in phase 1; left to phase 2
 #pragma unroll
     for (int u = 0; u < B; ++u) {
-      const int j = j0 + u * 32 + lane;
-      col[u] = j < S ? pad_chunk_col<T>(E, (int)seg, S, j) : w32;
-      if (col[u] < w32) pad_load_chunk<MODE, T>(p, r, x, col[u], v[u]);
+      const int j = j0 + 32 * u, col = pad_chunk_col<T>(E, (int)seg, S, j);
+      if (j >= S || col >= w32) continue;
+      const int how = pad_fast_chunk<MODE, T>(p, r, x, y + E + col, col, v[u]);
+      if (how == 2) done |= 1u << u;
+      else if (how == 0) rest |= 1u << u;
+    }
+    for (; rest; rest &= rest - 1) {  // (lanes take their own chunks: one pass per chunk of the busiest lane)
+      const int col = pad_chunk_col<T>(E, (int)seg, S, j0 + 32 * pad_lowest_bit(rest));
+      if (pad_run_chunk<MODE, T>(p, r, x, y + E + col, col)) continue;
+      PadPack<T> c;
+      if constexpr (sizeof(T) <= 2) {
+        pad_load_chunk<MODE, T, true>(p, r, x, col, c, y + E);
+      } else {
+        pad_load_chunk<MODE, T>(p, r, x, col, c);
+        pad_store_chunk<T>(y, E, col, w32, c);
+      }
     }
 #pragma unroll
-    for (int u = 0; u < B; ++u)
-      if (col[u] < w32) pad_store_chunk<T>(y, E, col[u], w32, v[u]);
+    for (int u = 0; u < B; ++u)  // whole chunks, inside the row
+      if (done >> u & 1)
+        pad_store_words(y + E + pad_chunk_col<T>(E, (int)seg, S, j0 + 32 * u), v[u]);
   }
 }
 
