@@ -458,13 +458,13 @@ PAD_HD PadRuns pad_runs(long long i, long long n, long long outk, long long befo
 // ---- Backward of the last two axes in one pass (pad_gather2): r (A, nh, nw) <- the gather-sum of g (A, outh, outw),
 // both C-contiguous (FMODE: FOLD_EDGE_AXIS or FOLD_PERIODIC_AXIS): per source row (rows' runs in order) a partial over
 // the source columns, the partials added in row order, the sums of two pad_gather launches.
-// Columns [jlo, jhi) (the host's interior_span) have one source each, at before_w + index. A row's work items are
-// the aligned quads of 4 columns inside that span (quad columns [4 qlo, 4 qhi)), then its other columns one item each,
-// so a warp's lanes mostly take one kind. Items are numbered row by row; a thread takes PAD_GATHER_ITEMS of them a
-// grid apart and loads every item's first values (a quad: its first source row, one vector load when aligned; a
-// column: the first value of each (row run, column run) pair) before it adds anything. Rows [ilo, ihi) have one
-// source, at before_h + index.
-constexpr int PAD_GATHER_ITEMS = 4;
+// Columns [jlo, jhi) (the host's interior_span) have one source each, at before_w + index; rows [ilo, ihi) likewise.
+// The work is two sets of items, each numbered row by row: the aligned quads of 4 columns inside the column span
+// (quad columns [4 qlo, 4 qhi)), and the other columns one item each. A thread takes PAD_GATHER_QUADS quads a grid
+// apart and loads each one's first source row (one vector load when aligned) before it adds anything; then columns,
+// one at a time, the first value of each (row run, column run) pair loaded before the sums. Two loops, so that a
+// warp runs one kind of item and the code stays small.
+constexpr int PAD_GATHER_QUADS = 4;
 
 // The quads of a row: [qlo, qhi) in units of 4 columns (empty: qlo == qhi == 0).
 PAD_HD void pad_gather2_quads(long long jlo, long long jhi, long long& qlo, long long& qhi) {
@@ -487,137 +487,141 @@ PAD_HD void pad_divmod_inv(long long a, long long b, double inv, long long& q, l
   }
 }
 
-// Work item t: its row of r (a, i), and its first column j0; quad: whether it is a quad. inv_row, inv_nh: 1.0 / the
-// items of a row, 1.0 / nh.
-PAD_HD void pad_gather2_item(long long t, long long nh, long long nw, long long qlo, long long qhi, double inv_row,
-                             double inv_nh, long long& row, long long& a, long long& i, long long& j0, bool& quad) {
-  const long long nq = qhi - qlo, per_row = nw - 3 * nq;
-  long long k;
-  pad_divmod_inv(t, per_row, inv_row, row, k);
-  pad_divmod_inv(row, nh, inv_nh, a, i);
-  quad = k < nq;
-  j0 = quad ? 4 * (qlo + k) : k - nq < 4 * qlo ? k - nq : k - nq + 4 * nq;
+// The launch's sizes: nq quads and nc other columns a row, nrows = A * nh rows; 1.0 / nq, 1.0 / nc, 1.0 / nh.
+struct PadGather2 {
+  long long qlo, nq, nc, nrows;
+  double inv_nq, inv_nc, inv_nh;
+};
+
+PAD_HD PadGather2 pad_gather2_sizes(long long A, long long nh, long long nw, long long jlo, long long jhi) {
+  PadGather2 s;
+  long long qhi;
+  pad_gather2_quads(jlo, jhi, s.qlo, qhi);
+  s.nq = qhi - s.qlo;
+  s.nc = nw - 4 * s.nq;
+  s.nrows = A * nh;
+  s.inv_nq = s.nq ? 1.0 / (double)s.nq : 0.0;
+  s.inv_nc = s.nc ? 1.0 / (double)s.nc : 0.0;
+  s.inv_nh = 1.0 / (double)nh;
+  return s;
 }
 
-// The work items of the launch.
-PAD_HD long long pad_gather2_items(long long A, long long nh, long long nw, long long jlo, long long jhi) {
-  long long qlo, qhi;
-  pad_gather2_quads(jlo, jhi, qlo, qhi);
-  return A * nh * (nw - 3 * (qhi - qlo));
-}
-
-// One thread's step: items t0 + u * threads, u < PAD_GATHER_ITEMS (the kernel's body; the host harness runs it too).
+// One thread's quads t0 + u * threads, u < PAD_GATHER_QUADS (the kernel's first loop; the host harness runs it too).
 template <int FMODE, typename Tin, typename Tout>
-PAD_HD void pad_gather2_step(const Tin* __restrict__ g, Tout* __restrict__ r, long long A, long long outh,
-                             long long nh, long long outw, long long nw, long long before_h, long long before_w,
-                             int fold, long long ilo, long long ihi, long long jlo, long long jhi, long long t0,
-                             long long threads) {
+PAD_HD void pad_gather2_quad_step(const Tin* __restrict__ g, Tout* __restrict__ r, const PadGather2& S, long long outh,
+                                  long long nh, long long outw, long long nw, long long before_h, long long before_w,
+                                  int fold, long long ilo, long long ihi, long long t0, long long threads) {
   typedef typename AccOf<Tin>::type Acc;
   typedef Pack<Tin, 4> In4;
   typedef Pack<Tout, 4> Out4;
-  long long qlo, qhi;
-  pad_gather2_quads(jlo, jhi, qlo, qhi);
-  const long long items = pad_gather2_items(A, nh, nw, jlo, jhi);
-  const double inv_row = 1.0 / (double)(nw - 3 * (qhi - qlo)), inv_nh = 1.0 / (double)nh;
-  // v[u]: a quad's 4 partial sums; a column's first values [row run][column run] (flattened)
-  Acc v[PAD_GATHER_ITEMS][4];
+  const long long quads = S.nrows * S.nq;
+  Acc v[PAD_GATHER_QUADS][4];  // the quads' sums
 #pragma unroll
-  for (int u = 0; u < PAD_GATHER_ITEMS; ++u) {
+  for (int u = 0; u < PAD_GATHER_QUADS; ++u) {
     const long long t = t0 + u * threads;
-    if (t >= items) break;
-    long long row, a, i, j0;
-    bool quad;
-    pad_gather2_item(t, nh, nw, qlo, qhi, inv_row, inv_nh, row, a, i, j0, quad);
-    const Tin* gin = g + a * outh * outw;
-    if (quad) {
-      const long long oh = i >= ilo && i < ihi ? before_h + i : pad_runs<FMODE>(i, nh, outh, before_h, fold).o0[0];
-      const Tin* src = gin + oh * outw + before_w + j0;
-      if ((reinterpret_cast<unsigned long long>(src) & (sizeof(In4) - 1)) == 0) {
-        const In4 x = *reinterpret_cast<const In4*>(src);
+    if (t >= quads) break;
+    long long row, k, a, i;
+    pad_divmod_inv(t, S.nq, S.inv_nq, row, k);
+    pad_divmod_inv(row, nh, S.inv_nh, a, i);
+    const long long oh = i >= ilo && i < ihi ? before_h + i : pad_runs<FMODE>(i, nh, outh, before_h, fold).o0[0];
+    const Tin* src = g + (a * outh + oh) * outw + before_w + 4 * (S.qlo + k);
+    if ((reinterpret_cast<unsigned long long>(src) & (sizeof(In4) - 1)) == 0) {
+      const In4 x = *reinterpret_cast<const In4*>(src);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) v[u][e] = Acc(0) + pad_cast<Acc>(x.v[e]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) v[u][e] = Acc(0) + pad_cast<Acc>(src[e]);
-      }
+      for (int e = 0; e < 4; ++e) v[u][e] = Acc(0) + pad_cast<Acc>(x.v[e]);
     } else {
-      const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold), cols = pad_runs<FMODE>(j0, nw, outw, before_w, fold);
 #pragma unroll
-      for (int k = 0; k < 2; ++k)
-#pragma unroll
-        for (int m = 0; m < 2; ++m)  // (a run may be empty: its first coordinate at or past the end)
-          v[u][2 * k + m] = k < rows.count && m < cols.count && rows.o0[k] < rows.end && cols.o0[m] < cols.end
-                                ? pad_cast<Acc>(gin[rows.o0[k] * outw + cols.o0[m]]) : Acc(0);
+      for (int e = 0; e < 4; ++e) v[u][e] = Acc(0) + pad_cast<Acc>(src[e]);
     }
   }
 #pragma unroll
-  for (int u = 0; u < PAD_GATHER_ITEMS; ++u) {
+  for (int u = 0; u < PAD_GATHER_QUADS; ++u) {
     const long long t = t0 + u * threads;
-    if (t >= items) break;
-    long long row, a, i, j0;
-    bool quad;
-    pad_gather2_item(t, nh, nw, qlo, qhi, inv_row, inv_nh, row, a, i, j0, quad);
-    const Tin* gin = g + a * outh * outw;
+    if (t >= quads) break;
+    long long row, k, a, i;
+    pad_divmod_inv(t, S.nq, S.inv_nq, row, k);
+    pad_divmod_inv(row, nh, S.inv_nh, a, i);
+    const long long j0 = 4 * (S.qlo + k);
+    if (i < ilo || i >= ihi) {  // the row's further sources, in order (the first is in v)
+      const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold);
+      const Tin* src = g + a * outh * outw + before_w + j0;
+#pragma unroll
+      for (int kr = 0; kr < 2; ++kr) {
+        if (kr == rows.count) break;
+#pragma unroll 4
+        for (long long oh = rows.o0[kr] + (kr == 0 ? rows.step : 0); oh < rows.end; oh += rows.step)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[u][e] += pad_cast<Acc>(src[oh * outw + e]);
+      }
+    }
     Tout* dst = r + row * nw + j0;
-    if (quad) {
-      if (i < ilo || i >= ihi) {  // the row's further sources, in order (the first is in v)
-        const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold);
-        const Tin* src = gin + before_w + j0;
+    if ((reinterpret_cast<unsigned long long>(dst) & (sizeof(Out4) - 1)) == 0) {
+      Out4 y;
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          if (k == rows.count) break;
-#pragma unroll 4
-          for (long long oh = rows.o0[k] + (k == 0 ? rows.step : 0); oh < rows.end; oh += rows.step)
+      for (int e = 0; e < 4; ++e) y.v[e] = pad_cast<Tout>(v[u][e]);
+      *reinterpret_cast<Out4*>(dst) = y;
+    } else {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) v[u][e] += pad_cast<Acc>(src[oh * outw + e]);
-        }
-      }
-      if ((reinterpret_cast<unsigned long long>(dst) & (sizeof(Out4) - 1)) == 0) {
-        Out4 y;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) y.v[e] = pad_cast<Tout>(v[u][e]);
-        *reinterpret_cast<Out4*>(dst) = y;
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dst[e] = pad_cast<Tout>(v[u][e]);
-      }
-      continue;
+      for (int e = 0; e < 4; ++e) dst[e] = pad_cast<Tout>(v[u][e]);
     }
-    // a column: every (row, column) source in order, the runs' first pairs from v, the rest (wide pads) loaded here
-    const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold), cols = pad_runs<FMODE>(j0, nw, outw, before_w, fold);
-    Acc acc = Acc(0);
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      if (k == rows.count) break;
-      for (long long oh = rows.o0[k]; oh < rows.end; oh += rows.step) {
-        Acc part = Acc(0);
-#pragma unroll
-        for (int m = 0; m < 2; ++m) {
-          if (m == cols.count) break;
-          if (cols.o0[m] >= cols.end) continue;
-          part += oh == rows.o0[k] ? v[u][2 * k + m] : pad_cast<Acc>(gin[oh * outw + cols.o0[m]]);
-#pragma unroll 4
-          for (long long ow = cols.o0[m] + cols.step; ow < cols.end; ow += cols.step) part += pad_cast<Acc>(gin[oh * outw + ow]);
-        }
-        acc += part;
-      }
-    }
-    *dst = pad_cast<Tout>(acc);
   }
 }
 
+// Column item t (the kernel's second loop; the host harness runs it too): every (row, column) source in order, the
+// runs' first pairs loaded together, the rest (pads wider than the axis) in the sums.
+template <int FMODE, typename Tin, typename Tout>
+PAD_HD void pad_gather2_column(const Tin* __restrict__ g, Tout* __restrict__ r, const PadGather2& S, long long outh,
+                               long long nh, long long outw, long long nw, long long before_h, long long before_w,
+                               int fold, long long t) {
+  typedef typename AccOf<Tin>::type Acc;
+  long long row, k, a, i;
+  pad_divmod_inv(t, S.nc, S.inv_nc, row, k);
+  pad_divmod_inv(row, nh, S.inv_nh, a, i);
+  const long long j = k < 4 * S.qlo ? k : k + 4 * S.nq;
+  const Tin* gin = g + a * outh * outw;
+  const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold), cols = pad_runs<FMODE>(j, nw, outw, before_w, fold);
+  Acc first[2][2];
+#pragma unroll
+  for (int kr = 0; kr < 2; ++kr)
+#pragma unroll
+    for (int m = 0; m < 2; ++m)  // (a run may be empty: its first coordinate at or past the end)
+      first[kr][m] = kr < rows.count && m < cols.count && rows.o0[kr] < rows.end && cols.o0[m] < cols.end
+                         ? pad_cast<Acc>(gin[rows.o0[kr] * outw + cols.o0[m]]) : Acc(0);
+  Acc acc = Acc(0);
+#pragma unroll
+  for (int kr = 0; kr < 2; ++kr) {
+    if (kr == rows.count) break;
+    for (long long oh = rows.o0[kr]; oh < rows.end; oh += rows.step) {
+      Acc part = Acc(0);
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        if (m == cols.count) break;
+        if (cols.o0[m] >= cols.end) continue;
+        part += oh == rows.o0[kr] ? first[kr][m] : pad_cast<Acc>(gin[oh * outw + cols.o0[m]]);
+#pragma unroll 4
+        for (long long ow = cols.o0[m] + cols.step; ow < cols.end; ow += cols.step) part += pad_cast<Acc>(gin[oh * outw + ow]);
+      }
+      acc += part;
+    }
+  }
+  r[row * nw + j] = pad_cast<Tout>(acc);
+}
+
 #ifndef PAD_HOST
-// Launch: 1-D grid (capped; grid-strides) over the work items (pad_gather2_items), block 256; any size (64-bit).
-// 3 blocks an SM (2 for double): the registers of PAD_GATHER_ITEMS items in flight without spills.
+// Launch: 1-D grid (capped; grid-strides over both sets of items), block 256; any size (64-bit). 3 blocks an SM
+// (2 for double): the registers of PAD_GATHER_QUADS quads in flight without spills.
 template <int FMODE, typename Tin, typename Tout>
 __global__ void __launch_bounds__(256, sizeof(Tin) == 8 ? 2 : 3) pad_gather2(const Tin* __restrict__ g, Tout* __restrict__ r,
                                                    long long A, long long outh, long long nh, long long outw,
                                                    long long nw, long long before_h, long long before_w, int fold,
                                                    long long ilo, long long ihi, long long jlo, long long jhi) {
-  const long long items = pad_gather2_items(A, nh, nw, jlo, jhi), threads = (long long)gridDim.x * blockDim.x;
-  for (long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x; t0 < items; t0 += threads * PAD_GATHER_ITEMS)
-    pad_gather2_step<FMODE, Tin, Tout>(g, r, A, outh, nh, outw, nw, before_h, before_w, fold, ilo, ihi, jlo, jhi,
-                                       t0, threads);
+  const PadGather2 S = pad_gather2_sizes(A, nh, nw, jlo, jhi);
+  const long long threads = (long long)gridDim.x * blockDim.x, tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (long long t0 = tid; t0 < S.nrows * S.nq; t0 += threads * PAD_GATHER_QUADS)
+    pad_gather2_quad_step<FMODE, Tin, Tout>(g, r, S, outh, nh, outw, nw, before_h, before_w, fold, ilo, ihi, t0, threads);
+#pragma unroll 1
+  for (long long t = tid; t < S.nrows * S.nc; t += threads)
+    pad_gather2_column<FMODE, Tin, Tout>(g, r, S, outh, nh, outw, nw, before_h, before_w, fold, t);
 }
 #endif
 

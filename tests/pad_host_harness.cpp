@@ -104,17 +104,23 @@ int main() {
     std::vector<double> g(A * outh * outw);
     if (!g.empty() && fread(g.data(), sizeof(double), g.size(), stdin) != g.size()) return 3;
     std::vector<double> r(A * nh * nw);
-    // the kernel's steps, thread by thread, on a grid of 5 threads (each takes several steps of PAD_GATHER_ITEMS items)
-    const long long items = pad_gather2_items(A, nh, nw, jlo, jhi), threads = 5;
-    for (long long tid = 0; tid < threads; ++tid)
-      for (long long t0 = tid; t0 < items; t0 += threads * PAD_GATHER_ITEMS) {
+    // the kernel's two loops, thread by thread, on a grid of 5 threads (each takes several steps of PAD_GATHER_QUADS)
+    const PadGather2 S = pad_gather2_sizes(A, nh, nw, jlo, jhi);
+    const long long threads = 5;
+    for (long long tid = 0; tid < threads; ++tid) {
+      for (long long t0 = tid; t0 < S.nrows * S.nq; t0 += threads * PAD_GATHER_QUADS)
         if (fkind == 0)
-          pad_gather2_step<0, double, double>(g.data(), r.data(), A, outh, nh, outw, nw, bh, bw, fold, ilo, ihi, jlo, jhi,
-                                              t0, threads);
+          pad_gather2_quad_step<0, double, double>(g.data(), r.data(), S, outh, nh, outw, nw, bh, bw, fold, ilo, ihi, t0,
+                                                   threads);
         else
-          pad_gather2_step<1, double, double>(g.data(), r.data(), A, outh, nh, outw, nw, bh, bw, fold, ilo, ihi, jlo, jhi,
-                                              t0, threads);
-      }
+          pad_gather2_quad_step<1, double, double>(g.data(), r.data(), S, outh, nh, outw, nw, bh, bw, fold, ilo, ihi, t0,
+                                                   threads);
+      for (long long t = tid; t < S.nrows * S.nc; t += threads)
+        if (fkind == 0)
+          pad_gather2_column<0, double, double>(g.data(), r.data(), S, outh, nh, outw, nw, bh, bw, fold, t);
+        else
+          pad_gather2_column<1, double, double>(g.data(), r.data(), S, outh, nh, outw, nw, bh, bw, fold, t);
+    }
     fwrite(r.data(), sizeof(double), r.size(), stdout);
     return 0;
   }

@@ -53,7 +53,7 @@ MAXD = 6          # PAD_MAXD in pad.cu
 NCONST = 2 * MAXD + 2
 LINE_GROUPS = 8   # PAD_LINE_GROUPS in pad.cu: the other axes of a per-axis pass's lines
 THREADS = 256     # the block of pad_flat, pad_rows, pad_gather, pad_gather2 and the per-axis passes
-GATHER_ITEMS = 4  # PAD_GATHER_ITEMS in pad.cu: work items a thread of pad_gather2 loads before it adds
+GATHER_QUADS = 4  # PAD_GATHER_QUADS in pad.cu: quads of 4 columns a thread of pad_gather2 loads before it adds
 MASK64 = (1 << 64) - 1
 
 
@@ -813,14 +813,6 @@ def interior_span(mode, n, before, after) -> tuple[int, int]:
     return int(edges[k]) + 1, int(edges[k + 1])
 
 
-def gather2_items(A, nh, nw, jlo, jhi) -> int:
-    """pad_gather2's work items (pad_gather2_items in pad.cu): per row, the aligned quads of 4 columns inside the
-    interior span [jlo, jhi), and every other column."""
-    qlo, qhi = ceil_div(jlo, 4), jhi // 4
-    nq = qhi - qlo if qhi > qlo else 0
-    return A * nh * (nw - 3 * nq)
-
-
 def plan_backward(b: PlanBuilder, g, r, dtype, spec: Spec, axes) -> None:
     """Record the backward's gather-sums (backward_steps: padded axes in `axes`, last first), from the C-contiguous
     gradient g into r (Buffers of b); the sums between launches in the accumulator type, in two workspaces used in
@@ -846,7 +838,7 @@ def plan_backward(b: PlanBuilder, g, r, dtype, spec: Spec, axes) -> None:
             fkind = FOLD_KIND[spec.mode]
             A, nh, nw = math.prod(shape[:-2]), spec.shape[-2], spec.shape[-1]
             jlo, jhi = interior_span(spec.mode, nw, *spec.pads[-1])
-            grid = min(ceil_div(gather2_items(A, nh, nw, jlo, jhi), THREADS * GATHER_ITEMS), blocks)
+            grid = min(ceil_div(A * nh * nw, THREADS * 4 * GATHER_QUADS), blocks)  # (a quad: 4 columns)
             b.launch(SOURCE.kernel(gather2_name(fkind, tin, tout)), grid, THREADS,
                      (cur, res, np.int64(A), np.int64(shape[-2]), np.int64(nh), np.int64(shape[-1]), np.int64(nw),
                       np.int64(spec.pads[-2][0]), np.int64(spec.pads[-1][0]), np.int32(fold),
