@@ -16,7 +16,7 @@ extern __shared__ __align__(16) unsigned char timex_dyn_smem[];  // dynamic shar
 enum class Product { forward, grad_k };
 // How rows of k / g are read from global memory: element by element, or in packs of 2 or 4 elements (the
 // host takes packs only when T, the row strides and the pointers are multiples of the pack).
-enum class Loads { scalar, vec2, vec4 };
+enum class Loads { scalar, vec2, vec4, vec8 };
 // timex_tf32x3f's two diagonal chunks of a warp slice: every MMA tile, or only the tiles not wholly above
 // the diagonal (those multiply stored zero taps).
 enum class Diagonal { every_tile, skip_zero_tiles };
@@ -926,6 +926,201 @@ timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, l
         tf32x3f_chunk<0, SPLIT>(acc, tpw, ahi[buf], alo[buf], lane);
       else
         tf32x3f_chunk<1, SPLIT>(acc, tpw, ahi[buf], alo[buf], lane);
+    }
+    if (ch + 1 < nchunks) stage(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
+    __syncthreads();
+  }
+
+  store_warp_tile<REV>(acc, out, (float)eps, b0, ts, grp, tig, c, B, C, T);
+}
+
+// ---- tensor cores on 16-bit operands: mma m16n8k16 (variant "mma16"; auto for float16 / bfloat16) -------
+// timex_tf32x3f's Toeplitz product for E = half, bfloat16 with mma.sync m16n8k16 on E operands (float32
+// accumulation; a product of two E values is exact): half the MMAs of the one-pass TF32 kernel and operands
+// staged as 16-bit values (half its shared memory and staging stores). A block owns 32 rows b x 256 times t of
+// one channel, warp w the 64-t slice w (2 x 8 m16n8 tiles); chunks of 64 u.
+// - k tile: [b][u] rows of 64 + 8 elements (144 bytes, so the 8 rows an ldmatrix phase reads fall on distinct
+//   bank quads); A fragments by ldmatrix.x4. Thread x stages the 16-byte pieces x and x + 128 (row x/8 + 16q,
+//   u 8(x%8)): a warp reads 4 rows x 128 contiguous bytes. grad_k reads g time-reversed, a piece being the
+//   16 bytes at T-8-u with its 8 elements reversed. Loads::vec8: one 16-byte load a piece (T, the strides and
+//   the pointer multiples of 8 elements), else 8 scalar loads.
+// - taps: lane (grp, tig)'s B fragment of n-tile j at k-step s is b0 = (f[d], f[d-1]), b1 = (f[d-8], f[d-9])
+//   with d = ts - u0 + 8(j - 2s) + grp - 2tig (ts: the slice's first time), so it depends on j - 2s only:
+//   Q[i] = (b0, b1) for d = t0 - u0 - QOFF + i holds the chunk's 310 fragments, one 8-byte load each, and a
+//   warp loads its 14 distinct ones once a chunk (those of k-step s as s reaches them).
+// - the slice's diagonal chunk (u0 = ts) runs only the tiles j >= 2s (the others lie wholly above the
+//   diagonal: stored zero taps) and needs fragments j - 2s >= 0; chunks past the slice are skipped. As in
+//   tf32x3f, an Inf/NaN in a later k no longer reaches earlier outputs through 0 * Inf.
+// Two buffers, one barrier a chunk; the next chunk's global loads are in flight during this one's MMAs.
+template <typename E> struct Mma16;  // D += A B, m16n8k16, E operands, float32 accumulators
+template <> struct Mma16<half> {
+  static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <> struct Mma16<bfloat16> {
+  static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// Four 8x8 b16 matrices from shared memory: lanes 8i..8i+7 give the row addresses of matrix i, and register i
+// of lane l holds row l/4, elements 2(l%4), 2(l%4)+1 of matrix i (an m16n8k16 A fragment when the matrices
+// are the tile's (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)).
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+
+// Two 16-bit values as one word: x in the low half (the lower MMA k index), y in the high.
+__device__ __forceinline__ unsigned pack_b16(unsigned x, unsigned y) { return x | (y << 16); }
+// A 16-byte piece of 8 16-bit elements in reverse order.
+__device__ __forceinline__ uint4 reverse8(uint4 v) {
+  return make_uint4(__byte_perm(v.w, 0, 0x1032), __byte_perm(v.z, 0, 0x1032), __byte_perm(v.y, 0, 0x1032),
+                    __byte_perm(v.x, 0, 0x1032));
+}
+
+constexpr int MMA16_KS = 64 + 8;  // timex_mma16's k tile row, in elements (64 u + 8 padding)
+
+// One 64-u chunk of timex_mma16's MMAs for one warp. DIAG: the slice's diagonal chunk (tiles j >= 2s only).
+// tql: this lane's tap pair of j - 2s = 0 (that of m = j - 2s at tql[8m], m in [-6, 8)); arow: this lane's
+// ldmatrix row address of m-tile 0, k-step 0.
+template <bool DIAG, typename E>
+__device__ __forceinline__ void mma16_chunk(float (&acc)[2][8][4], const uint2* tql, const unsigned short* arow) {
+  uint2 bf[14];  // bf[m + 6]
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    // the fragments k-step s adds: m in [-2s, 8 - 2s), of which m >= 0 in the diagonal chunk
+    if (s == 0) {
+#pragma unroll
+      for (int m = 0; m < 8; ++m) bf[m + 6] = tql[8 * m];
+    } else if (!DIAG) {
+      bf[6 - 2 * s] = tql[-16 * s];
+      bf[7 - 2 * s] = tql[8 - 16 * s];
+    }
+    unsigned a[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], arow + 16 * MMA16_KS * mt + 16 * s);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = DIAG ? 2 * s : 0; j < 8; ++j) {
+        const uint2 b = bf[j - 2 * s + 6];
+        Mma16<E>::run(acc[mt][j], a[mt], b.x, b.y);
+      }
+  }
+}
+
+// E = half, bfloat16; Loads::vec8 or scalar (k / g reads, see above). 4 blocks an SM with 16-byte loads (128
+// registers, no spills on sm_90), 3 with scalar loads (their packing needs ~150).
+// Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1 (T/256, B/32 <= 65535); 14176 B shared.
+template <Product P, typename E, Loads L>
+__global__ void __launch_bounds__(TX_THREADS, L == Loads::vec8 ? 4 : 3)
+timex_mma16(const E* __restrict__ w, long long ldw, const E* __restrict__ k, long long sb, long long sc,
+            E* __restrict__ out, double eps, int B, int C, int T) {
+  constexpr bool REV = P == Product::grad_k, VEC = L == Loads::vec8;
+  static_assert(L == Loads::vec8 || L == Loads::scalar, "timex_mma16 loads by 8 elements or by one");
+  constexpr int BM = 32, TN = 256, KU = 64, KS = MMA16_KS;
+  constexpr int QOFF = KU - 10;  // Q[i] holds d = t0 - u0 - QOFF + i: i = 0 is the least d a lane reads
+  constexpr int NQ = TN + KU - 10;  // the largest i read: 64*3 + 8*7 + 7 + QOFF = 309
+  constexpr int NQT = (NQ + TX_THREADS - 1) / TX_THREADS;  // 3 tap pairs a thread
+  constexpr int NP = BM * KU / 8 / TX_THREADS;             // 2 pieces of 8 k values a thread
+  __shared__ __align__(16) unsigned short ka[2][BM * KS];
+  __shared__ __align__(16) uint2 tq[2][NQ];
+
+  const int c = blockIdx.x;
+  const int t0 = (gridDim.y - 1 - blockIdx.y) * TN;
+  const long long b0 = (long long)blockIdx.z * BM;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int ts = t0 + warp * 64;  // this warp's slice: times ts .. ts + 63
+  const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
+  const unsigned short* wrow = reinterpret_cast<const unsigned short*>(w + (long long)c * ldw);
+
+  // staged pieces x + 128 q: row pr + 16 q, u offset pu
+  const int pr = threadIdx.x >> 3, pu = 8 * (threadIdx.x & 7);
+  const unsigned short* kr[NP];
+  bool okr[NP];
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    const long long b = b0 + pr + 16 * q;
+    okr[q] = b < B;
+    kr[q] = reinterpret_cast<const unsigned short*>(k + (long long)c * sc + (okr[q] ? b : 0) * sb);
+  }
+
+  float acc[2][8][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
+
+  uint4 pk[NP];
+  unsigned pt[NQT][2];
+  auto tap = [&](int d) -> unsigned { return (unsigned)d < (unsigned)T ? wrow[T - 1 - d] : 0u; };
+  auto fetch = [&](int u0) {
+#pragma unroll
+    for (int q = 0; q < NP; ++q) {
+      const int u = u0 + pu;
+      if constexpr (VEC) {  // u % 8 == 0 and T % 8 == 0: the piece is wholly inside or past T
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (okr[q] && u < T) {
+          if (REV)
+            v = reverse8(*reinterpret_cast<const uint4*>(kr[q] + (T - 8 - u)));
+          else
+            v = *reinterpret_cast<const uint4*>(kr[q] + u);
+        }
+        pk[q] = v;
+      } else {
+        unsigned h[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) h[e] = (okr[q] && u + e < T) ? kr[q][REV ? T - 1 - u - e : u + e] : 0u;
+        pk[q] = make_uint4(pack_b16(h[0], h[1]), pack_b16(h[2], h[3]), pack_b16(h[4], h[5]), pack_b16(h[6], h[7]));
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < NQT; ++q) {
+      const int d = t0 - u0 - QOFF + threadIdx.x + q * TX_THREADS;
+      pt[q][0] = pack_b16(tap(d), tap(d - 1));
+      pt[q][1] = pack_b16(tap(d - 8), tap(d - 9));
+    }
+  };
+  auto stage = [&](int buf) {
+#pragma unroll
+    for (int q = 0; q < NP; ++q) *reinterpret_cast<uint4*>(&ka[buf][(pr + 16 * q) * KS + pu]) = pk[q];
+#pragma unroll
+    for (int q = 0; q < NQT; ++q) {
+      const int i = threadIdx.x + q * TX_THREADS;
+      if (NQ % TX_THREADS == 0 || i < NQ) tq[buf][i] = make_uint2(pt[q][0], pt[q][1]);
+    }
+  };
+  // this lane's ldmatrix row: matrix l/8 = (rows +8 for odd, cols +8 for l >= 16), row l%8
+  const int arow = ((lane & 7) + 8 * ((lane >> 3) & 1)) * KS + 8 * (lane >> 4);
+  const int tqo = warp * 64 + grp - 2 * tig + QOFF;
+
+  if (nchunks > 0) {
+    fetch(0);
+    stage(0);
+  }
+  __syncthreads();
+  for (int ch = 0; ch < nchunks; ++ch) {
+    const int u0 = ch * KU, buf = ch & 1;
+    if (ch + 1 < nchunks) fetch(u0 + KU);  // in flight while this chunk is multiplied
+    if (ts < T && u0 <= ts) {  // warp-uniform: later chunks hold only zero taps for this slice
+      if (u0 < ts)
+        mma16_chunk<false, E>(acc, tq[buf] + tqo, ka[buf] + arow);
+      else
+        mma16_chunk<true, E>(acc, tq[buf] + tqo, ka[buf] + arow);
     }
     if (ch + 1 < nchunks) stage(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
     __syncthreads();

@@ -2,8 +2,8 @@
 
 Each function follows its kernel's staging (shared-memory layout, zero fill), per-thread or per-lane
 register tiles, warp skips and stores line by line, with the arithmetic done exactly, so a CPU test can
-check the tiling, the Toeplitz tap windows, the time reversal and the mma.m16n8k8 fragment maps against
-the float64 reference without a GPU. It checks the design of the indexing, not the CUDA code itself (the
+check the tiling, the Toeplitz tap windows, the time reversal and the mma fragment maps (m16n8k8 TF32;
+m16n8k16 on 16-bit operands, with ldmatrix) against the float64 reference without a GPU. It checks the design of the indexing, not the CUDA code itself (the
 GPU tests do that); keep the two in step when a kernel changes."""
 from __future__ import annotations
 
@@ -219,6 +219,88 @@ def tf32x3f(w, k, eps, REV, TRI=False):
                         _mma(acc[role, :, mt, j], afr, bfr[:, j - s + 3])
 
     return _toeplitz_grid(k, eps, REV, chunk)
+
+
+def _mma16(acc, a, b):
+    """mma.m16n8k16 .row.col f32.bf16 / f16: acc[32][4] += A(a[32][4][2]) @ B(b[32][2][2]), PTX's fragment maps
+    (register r of a lane holds two elements, [0] the low half: the lower column of A, the lower row k of B)."""
+    A, Bm, Cm = np.zeros((16, 16)), np.zeros((16, 8)), np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        for h in range(2):
+            A[g, 2 * t + h], A[g + 8, 2 * t + h] = a[lane][0][h], a[lane][1][h]
+            A[g, 2 * t + 8 + h], A[g + 8, 2 * t + 8 + h] = a[lane][2][h], a[lane][3][h]
+            Bm[2 * t + h, g], Bm[2 * t + 8 + h, g] = b[lane][0][h], b[lane][1][h]
+        Cm[g, 2 * t], Cm[g, 2 * t + 1], Cm[g + 8, 2 * t], Cm[g + 8, 2 * t + 1] = acc[lane]
+    Cm += A @ Bm
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        acc[lane] = [Cm[g, 2 * t], Cm[g, 2 * t + 1], Cm[g + 8, 2 * t], Cm[g + 8, 2 * t + 1]]
+
+
+def _ldmatrix_x4(smem, addr):
+    """ldmatrix.x4 .b16: addr[lane] the element offset of the row lane gives (matrix lane/8, row lane%8);
+    returns [lane][register i][2]: row l/4, elements 2(l%4), +1 of matrix i."""
+    rows = [smem[addr[lane]:addr[lane] + 8] for lane in range(32)]
+    return [[rows[8 * i + (l >> 2)][2 * (l & 3):2 * (l & 3) + 2] for i in range(4)] for l in range(32)]
+
+
+def mma16(w, k, eps, REV, vec=False):
+    """timex_mma16<Product, E, Loads>: [b][u] k tile of rows 72 staged by 8-element pieces (vec: one 16-byte
+    load, reversed for grad_k; else 8 scalars), A fragments by ldmatrix.x4, tap-pair window Q, warp w on slice w,
+    64-u chunks with the diagonal chunk's tiles j < 2s skipped, m16n8k16 fragment maps."""
+    B, C, T = k.shape
+    BM, TN, KU, KS = 32, 256, 64, 72
+    QOFF, NQ = KU - 10, TN + KU - 10
+    assert not vec or T % 8 == 0
+    tap = lambda c, d: w[c, T - 1 - d] if 0 <= d < T else 0.0
+
+    def chunk(c, t0, b0, u0, acc):
+        ka = np.full(BM * KS, np.nan)  # padding stays NaN: a read of it poisons the sums
+        for x in range(128):
+            pr, pu = x >> 3, 8 * (x & 7)
+            for q in range(BM * KU // 8 // 128):
+                b, u = b0 + pr + 16 * q, u0 + pu
+                if vec:
+                    piece = np.zeros(8)
+                    if b < B and u < T:
+                        piece = k[b, c, T - 8 - u:T - u][::-1] if REV else k[b, c, u:u + 8]
+                else:
+                    piece = [k[b, c, T - 1 - u - e if REV else u + e] if (b < B and u + e < T) else 0.0
+                             for e in range(8)]
+                ka[(pr + 16 * q) * KS + pu:][:8] = piece
+        tq = np.full((NQ, 2, 2), np.nan)
+        for i in range(NQ):
+            d = t0 - u0 - QOFF + i
+            tq[i] = [[tap(c, d), tap(c, d - 1)], [tap(c, d - 8), tap(c, d - 9)]]
+        for warp in range(4):
+            ts = t0 + warp * 64
+            if not (ts < T and u0 <= ts):
+                continue
+            diag = u0 == ts
+            for s in range(4):
+                bfr = {}
+                for m in range(0 if diag else -6, 8):
+                    bfr[m] = [tq[warp * 64 + (l >> 2) - 2 * (l & 3) + QOFF + 8 * m] for l in range(32)]
+                for mt in range(2):
+                    addr = [((l & 7) + 8 * ((l >> 3) & 1)) * KS + 8 * (l >> 4) + 16 * KS * mt + 16 * s
+                            for l in range(32)]
+                    afr = _ldmatrix_x4(ka, addr)
+                    for j in range(2 * s if diag else 0, 8):
+                        _mma16(acc[warp, :, mt, j], afr, bfr[j - 2 * s])
+
+    B_, C_, T_ = k.shape
+    out = np.full((B_, C_, T_), np.nan)
+    gy, gz = -(-T // TN), -(-B // BM)
+    for c in range(C):
+        for by in range(gy):
+            for bz in range(gz):
+                t0, b0 = (gy - 1 - by) * TN, bz * BM
+                acc = np.zeros((4, 32, 2, 8, 4))
+                for ch in range((min(t0 + TN, T) + KU - 1) // KU):
+                    chunk(c, t0, b0, ch * KU, acc)
+                _store(out, acc, b0, t0, c, eps, REV)
+    return out
 
 
 def _store(out, acc, b0, t0, c, eps, REV):
