@@ -981,6 +981,16 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
                : "memory");
 }
 
+// ldmatrix_x4 transposed: register i of lane l holds (row 2(l%4), column l/4) and (row 2(l%4)+1, column l/4)
+// of matrix i, i.e. two consecutive rows at one column: an MMA operand whose k index runs along the stored rows.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+
 // Two 16-bit values as one word: x in the low half (the lower MMA k index), y in the high.
 __device__ __forceinline__ unsigned pack_b16(unsigned x, unsigned y) { return x | (y << 16); }
 // A 16-byte piece of 8 16-bit elements in reverse order.
@@ -1328,8 +1338,148 @@ timex_grad_w_frag(const E* __restrict__ k, long long ksb, long long ksc, const E
   }
 }
 
+// ---- grad_w on 16-bit tensor-core operands (variant "mma16"; auto for float16 / bfloat16) ----------------
+// timex_grad_w_frag's band GEMMs (two bands a block, its workspace, grid order and diagonal sums, then
+// timex_grad_w_bands) with mma.sync m16n8k16 on E operands. Shared memory holds the K rows as they lie in global
+// memory, 16-bit: A [kk][i] (64 + 8 elements a row) and B [kk][j] (128 + 8; both pitches put an ldmatrix phase's 8
+// rows on distinct bank quads). Both MMA operands pair two consecutive K rows at one column (a0 = k of rows 2tig,
+// 2tig+1 at i = grp; b0 likewise at j = grp), which ldmatrix.trans delivers from that layout: one .x4.trans is
+// an A fragment (16 i x 16 kk) or the B fragments of two n-tiles. 32 K rows a chunk; thread x stages row x/4 (one
+// (b, p) counter pair): k at 16(x%4) .. +15 and g at 32(x%4) .. +31 of the row. Loads::vec8: 16-byte loads (T,
+// the strides and the pointers multiples of 8 elements), else scalar. Warp (wm, wn) owns i in [32wm, +32) x j in
+// [64wn, +64) (2 x 8 m16n8 tiles). Two buffers, one barrier a chunk.
+// Launch: 1-D grid of C*ceil(ceil(T/64)/2) blocks of 128; any B, C, T >= 1 (C, B * ceil(T/64) < 2^31).
+template <typename E, Loads L>
+__global__ void __launch_bounds__(TX_THREADS, 3)
+timex_grad_w_mma16(const E* __restrict__ k, long long ksb, long long ksc, const E* __restrict__ g, long long gsb,
+                   long long gsc, float* __restrict__ ws, int B, int C, int T) {
+  constexpr bool VEC = L == Loads::vec8;
+  static_assert(L == Loads::vec8 || L == Loads::scalar, "timex_grad_w_mma16 loads by 8 elements or by one");
+  constexpr int NB = 2, KC = 32;                    // bands a block, K rows a chunk
+  constexpr int SA = TXB + 8, SB = NB * TXB + 8;    // elements a staged row of k, of g
+  constexpr int SE = TXB + 1;                       // epilogue tile row (floats)
+  constexpr int STAGE = 2 * KC * (SA + SB) * 2, EPI = NB * TXB * SE * 4;  // bytes
+  __shared__ __align__(16) unsigned char smem[STAGE > EPI ? STAGE : EPI];
+  unsigned short* const sa = reinterpret_cast<unsigned short*>(smem);  // [2][KC][SA]
+  unsigned short* const sg = sa + 2 * KC * SA;                         // [2][KC][SB]
+  float* const sm = reinterpret_cast<float*>(smem);
+
+  const int nt = (T + TXB - 1) / TXB, npair = (nt + NB - 1) / NB;
+  const long long bid = blockIdx.x;
+  const long long group = bid / ((long long)TX_GROUP * npair);
+  const int gsz = (int)min((long long)TX_GROUP, C - group * TX_GROUP);
+  const int r_in = (int)(bid - group * TX_GROUP * npair);
+  const int c = (int)(group * TX_GROUP) + r_in % gsz;
+  const int band0 = (r_in / gsz) * NB;             // the long bands first
+  const int np = nt - band0;                       // tiles p with p*64 + delta0 < T
+  const int nchunks = (B * np + KC - 1) / KC;
+  const unsigned short* k0 = reinterpret_cast<const unsigned short*>(k) + (long long)c * ksc;
+  const unsigned short* g0 = reinterpret_cast<const unsigned short*>(g) + (long long)c * gsc + band0 * TXB;
+  const int glim = T - band0 * TXB;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int wm = warp >> 1, wn = warp & 1;
+  const int sr = threadIdx.x >> 2, sq = threadIdx.x & 3;  // this thread's staged row, quarter of it
+
+  float acc[2][8][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+
+  int rb = sr / np, rp = sr % np;  // (b, p) of the thread's row in the current chunk
+  uint4 pa[2], pg[4];
+  auto load8 = [&](const unsigned short* row, int t, int lim) -> uint4 {  // row[t .. t+7], zeros at >= lim
+    if constexpr (VEC) {
+      return t < lim ? *reinterpret_cast<const uint4*>(row + t) : make_uint4(0u, 0u, 0u, 0u);
+    } else {
+      unsigned h[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) h[e] = t + e < lim ? row[t + e] : 0u;
+      return make_uint4(pack_b16(h[0], h[1]), pack_b16(h[2], h[3]), pack_b16(h[4], h[5]), pack_b16(h[6], h[7]));
+    }
+  };
+  auto fetch = [&]() {
+    const bool ok = rb < B;
+    const long long b = ok ? rb : 0;
+    const unsigned short* kr = k0 + b * ksb + rp * TXB;
+    const unsigned short* gr = g0 + b * gsb + rp * TXB;
+    const int klim = ok ? T - rp * TXB : 0, gl = ok ? glim - rp * TXB : 0;
+#pragma unroll
+    for (int s = 0; s < 2; ++s) pa[s] = load8(kr, 16 * sq + 8 * s, klim);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) pg[s] = load8(gr, 32 * sq + 8 * s, gl);
+    rp += KC;  // the next chunk's row
+    if (rp >= np) rb += rp / np, rp %= np;
+  };
+  auto stage = [&](int buf) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) *reinterpret_cast<uint4*>(sa + (buf * KC + sr) * SA + 16 * sq + 8 * s) = pa[s];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) *reinterpret_cast<uint4*>(sg + (buf * KC + sr) * SB + 32 * sq + 8 * s) = pg[s];
+  };
+  // this lane's ldmatrix rows: A matrix l/8 = (kk +8 for l >= 16, i +8 for odd l/8); B (kk +8 odd, j +8 l >= 16)
+  const int arow = ((lane & 7) + 8 * (lane >> 4)) * SA + 32 * wm + 8 * ((lane >> 3) & 1);
+  const int brow = ((lane & 7) + 8 * ((lane >> 3) & 1)) * SB + 64 * wn + 8 * (lane >> 4);
+
+  if (nchunks > 0) {
+    fetch();
+    stage(0);
+  }
+  __syncthreads();
+  for (int ch = 0; ch < nchunks; ++ch) {
+    const int buf = ch & 1;
+    if (ch + 1 < nchunks) fetch();  // in flight while this chunk is multiplied
+    const unsigned short* A = sa + buf * KC * SA + arow;
+    const unsigned short* Bm = sg + buf * KC * SB + brow;
+#pragma unroll
+    for (int st = 0; st < KC / 16; ++st) {
+      unsigned a[2][4], b[4][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], A + 16 * st * SA + 16 * mt);
+#pragma unroll
+      for (int p = 0; p < 4; ++p) ldmatrix_x4_trans(b[p], Bm + 16 * st * SB + 16 * p);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int n = 0; n < 8; ++n)  // n-tile n: b0, b1 = registers 2(n%2), 2(n%2)+1 of pair n/2
+          Mma16<E>::run(acc[mt][n], a[mt], b[n / 2][2 * (n % 2)], b[n / 2][2 * (n % 2) + 1]);
+    }
+    if (ch + 1 < nchunks) stage(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
+    __syncthreads();
+  }
+
+  // Diagonal sums per band, as timex_grad_w_frag: accumulators to shared memory ([band][i][j - 64 band]), then
+  // thread x sums diagonal j - i = x - 63 of every band, i ascending (fixed order).
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int i = 32 * wm + 16 * mt + grp + 8 * (x >> 1);
+        const int j = 8 * n + 2 * tig + (x & 1);  // in band wn
+        sm[wn * TXB * SE + i * SE + j] = acc[mt][n][x];
+      }
+  __syncthreads();
+  const int e = (int)threadIdx.x - (TXB - 1);
+  if (e < TXB) {
+    float s[NB];
+#pragma unroll
+    for (int bb = 0; bb < NB; ++bb) s[bb] = 0.f;
+    for (int i = max(0, -e); i < min(TXB, TXB - e); ++i)
+#pragma unroll
+      for (int bb = 0; bb < NB; ++bb) s[bb] += sm[bb * TXB * SE + i * SE + i + e];
+#pragma unroll
+    for (int bb = 0; bb < NB; ++bb)
+      if (band0 + bb < nt) ws[((long long)c * nt + band0 + bb) * (2 * TXB) + threadIdx.x] = s[bb];
+  }
+}
+
 // grad_w[c, T-1-d] for d = 64L + r: diagonal r of band L plus diagonal r - 64 of band L+1 (when r > 0), from
-// ws as timex_grad_w_frag writes it (float32), rounded once to E.
+// ws as timex_grad_w_frag and timex_grad_w_mma16 write it (float32), rounded once to E.
 // Launch: 1-D grid-stride loop over C*T, any block size; any C, T >= 1.
 template <typename E>
 __global__ void timex_grad_w_bands(const float* __restrict__ ws, E* __restrict__ gw, int C, int T) {

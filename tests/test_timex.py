@@ -136,6 +136,22 @@ def test_mma16_fragment_maps_emulated(shape):
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 37), (5, 2, 130), (2, 1, 64), (3, 17, 65), (1, 1, 200),
+                                   (40, 1, 200), (33, 1, 72), (70, 1, 3), (4, 1, 257)])
+def test_grad_w_mma16_emulated(shape):
+    """timex_grad_w_mma16, scalar and (T % 8 == 0) 16-byte loads: row staging and (b, p) counters (fewer rows than
+    a chunk, several chunks, np < 32 and wrapping by more than one row b), ldmatrix.trans fragments of both bands,
+    the m16n8k16 maps, an odd number of bands, the diagonal sums and the two-band combine."""
+    import timex_emulate as emu
+
+    r = rng()
+    B, C, T = shape
+    w, k, g = r.standard_normal((C, T)), r.standard_normal(shape), r.standard_normal(shape)
+    ref = tx.reference_backward(w, k, g)[0]
+    for vec in (False, True) if T % 8 == 0 else (False,):
+        assert rel_err(emu.grad_w_mma16(k, g, vec), ref) < 1e-13
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 37), (5, 2, 130), (2, 1, 64), (3, 17, 65), (1, 1, 200),
                                    (4, 1, 257)])
 def test_grad_w_frag_emulated(shape):
     """The tensor-core grad_w (timex_grad_w_frag, two bands a block): row-pair staging, (b, p) counters (np < 16
@@ -304,7 +320,7 @@ def test_every_declared_instance_is_launched_by_a_variant(offline):
                     except ValueError:
                         pass
     assert planned == set(tx.SOURCE.names)
-    assert len(tx.SOURCE.names) == 87
+    assert len(tx.SOURCE.names) == 91
 
 
 def test_planned_launches(offline):
@@ -338,12 +354,22 @@ def test_planned_launches(offline):
     assert grid == (4, 3, 1) and block == 128 and smem == 0 and args[6] == 0.5
     half_bw = record_backward("auto", "float16", (32, 4, 768))
     assert names(half_bw) == ["timex_mma16<Product::grad_k, half, Loads::vec8>",
-                              "timex_grad_w_frag<2, Loads::vec2, half>", "timex_grad_w_bands<half>"]
+                              "timex_grad_w_mma16<half, Loads::vec8>", "timex_grad_w_bands<half>"]
     assert len(half_bw.workspaces) == 1 and half_bw.workspaces[0].nbytes == 4 * 12 * 128 * 4  # float32 bands
+    assert half_bw.launches[1][1] == 4 * 6 and half_bw.launches[1][3][6] is half_bw.workspaces[0]
     # past float32's T bound and on odd rows: still the tensor cores (scalar loads)
     assert names(record_backward("auto", "bfloat16", (12, 2, 4097), align=2)) == [
         "timex_mma16<Product::grad_k, bfloat16, Loads::scalar>",
-        "timex_grad_w_frag<2, Loads::scalar, bfloat16>", "timex_grad_w_bands<bfloat16>"]
+        "timex_grad_w_mma16<bfloat16, Loads::scalar>", "timex_grad_w_bands<bfloat16>"]
+    # the one-pass TF32 backward stays a variant; tuning sends auto's half types back to it
+    assert names(record_backward("tf32x3", "float16", (32, 4, 768))) == [
+        "timex_tf32x3f<Product::grad_k, Diagonal::skip_zero_tiles, half>",
+        "timex_grad_w_frag<2, Loads::vec2, half>", "timex_grad_w_bands<half>"]
+    from cupy_kernels._runtime.tuning import tuned
+
+    with tuned(tx, half_toeplitz="tf32x3", half_grad_w="tf32x3"):
+        assert names(record_backward("auto", "float16", (32, 4, 768))) == names(
+            record_backward("tf32x3", "float16", (32, 4, 768)))
     # 16-byte loads need T, the strides and the pointer on 8-element boundaries
     assert names(record_forward("mma16", "float16", (32, 4, 772)))[0].endswith("Loads::scalar>")
     assert names(record_forward("mma16", "float16", (32, 4, 768), align=8))[0].endswith("Loads::scalar>")
@@ -356,7 +382,7 @@ def test_planned_launches(offline):
     # below the batch threshold: the SIMT tile for forward and grad_k, grad_w on the tensor cores at any B
     assert names(record_backward("auto", "float16", (8, 4, 768))) == [
         "timex_tiled<half, TiledTile<2, 8, 1>, Product::grad_k, Loads::vec4>",
-        "timex_grad_w_frag<2, Loads::vec2, half>", "timex_grad_w_bands<half>"]
+        "timex_grad_w_mma16<half, Loads::vec8>", "timex_grad_w_bands<half>"]
     assert names(record_forward("tf32x3_scalar", "float16", (2, 1, 8))) == ["timex_tf32x3<Product::forward, half>"]
     # rows not on 4-element boundaries: scalar loads (pointer, or a batch stride)
     assert names(record_forward("auto", "float32", (1, 64, 64), align=4))[0].endswith("Loads::scalar>")
@@ -840,8 +866,7 @@ def test_mma16_kernel_both_directions(vec, dtype):
 @pytest.mark.parametrize("dtype", tx.MMA16_DTYPES)
 @pytest.mark.parametrize("shape", [(2, 3, 5), (33, 3, 300), (12, 2, 768), (3, 2, 1025)])
 def test_mma16_variant(shape, dtype, poison):
-    """variant='mma16' through the public calls (below auto's batch threshold too): forward, and the backward with
-    grad_w on the one-pass TF32 bands."""
+    """variant='mma16' through the public calls (below auto's batch threshold too): forward and backward."""
     from conftest import kernels_of
 
     B, C, T = shape
@@ -874,8 +899,8 @@ def test_auto_tf32x3_keeps_float32_accuracy(shape, poison):
                                    (12, 2, 2048), (16, 1, 4096)])
 def test_half_types_take_the_tensor_cores_exactly(shape, dtype, poison):
     """float16 / bfloat16 where 'auto' takes the tensor cores (odd B and T, T not a multiple of 256, T past
-    float32's bound): forward and grad_k on timex_mma16, grad_w on the single-pass TF32 bands, and out, grad_k and
-    grad_w are the float64 reference's up to the one rounding to the dtype."""
+    float32's bound): the mma16 kernels (forward, grad_k, grad_w's bands), and out, grad_k and grad_w are the float64
+    reference's up to the one rounding to the dtype."""
     from conftest import kernels_of
 
     B, C, T = shape
@@ -888,7 +913,7 @@ def test_half_types_take_the_tensor_cores_exactly(shape, dtype, poison):
     ref = tx.reference(w, k, eps)
     check_half_exact(out, ref, dtype, rel_err(out, ref), f"out {shape}")
     (gw, gk), used = kernels_of(tx.SOURCE, lambda: ck.timex_backward(wd, kd, gd))
-    assert used == {tx._mma16_name(True, dtype, T % 8 == 0), tx._grad_w_bands_name(T % 2 == 0, dtype),
+    assert used == {tx._mma16_name(True, dtype, T % 8 == 0), tx._grad_w_mma16_name(dtype, T % 8 == 0),
                     tx._band_combine_name(dtype)}, used
     rgw, rgk = tx.reference_backward(w, k, g)
     check_half_exact(gw, rgw, dtype, grad_err(gw, rgw, w, k, g, 0), f"grad_w {shape}")
@@ -918,7 +943,7 @@ def test_half_types_tensor_cores_on_strided_inputs(dtype, poison):
     ref = tx.reference(w, k, 0.25)
     check_half_exact(out, ref, dtype, rel_err(out, ref), "strided out")
     (gw, gk), used = kernels_of(tx.SOURCE, lambda: ck.timex_backward(wd, kd, gd))
-    assert used == {tx._mma16_name(True, dtype, False), tx._grad_w_bands_name(False, dtype),
+    assert used == {tx._mma16_name(True, dtype, False), tx._grad_w_mma16_name(dtype, False),
                     tx._band_combine_name(dtype)}, used
     rgw, rgk = tx.reference_backward(w, k, g)
     check_half_exact(gw, rgw, dtype, grad_err(gw, rgw, w, k, g, 0), "strided grad_w")
@@ -954,6 +979,35 @@ def test_grad_w_tf32x3_loads(vec, dtype):
             assert err <= TF32X3_TOL, (vec, B, C, T, err)
         else:
             check_half_exact(runs[0], ref, dtype, err, f"grad_w vec={vec} {(B, C, T)}")
+        assert np.array_equal(runs[0], runs[1]), (vec, B, C, T, "not deterministic")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", tx.MMA16_DTYPES)
+@pytest.mark.parametrize("vec", [False, True])
+def test_grad_w_mma16_loads(vec, dtype):
+    """timex_grad_w_mma16 (bands, then their combine), scalar and 16-byte loads, batch strides past C * T; workspace
+    (0xff bytes) and output NaN-poisoned; within one rounding to the dtype; bit-identical on a second run."""
+    r = rng()
+    shapes = [(1, 1, 8), (9, 2, 136), (17, 3, 1000), (32, 2, 768), (3, 1, 5000), (2, 18, 64), (64, 2, 256),
+              (40, 1, 200), (33, 2, 72)]
+    if not vec:  # odd T, T = 1, fewer K rows than a chunk
+        shapes += [(5, 2, 131), (1, 3, 1), (40, 1, 3), (2, 17, 701), (35, 2, 129)]
+    for B, C, T in shapes:
+        pad = 8 * (B % 2)
+        k, g = r.standard_normal((B, C * T + pad)), r.standard_normal((B, C * T + pad))
+        kd, gd = cupy_array(k, dtype), cupy_array(g, dtype)
+        k, g = (rounded(x, dtype)[:, :C * T].reshape(B, C, T) for x in (k, g))
+        runs = []
+        for _ in range(2):
+            gw = cupy_array(np.full((C, T), np.nan), dtype)
+            st = (C * T + pad, T)
+            plan = run_plan(lambda b, kb, gb, gwb: tx.plan_grad_w_mma16(b, dtype, kb, st, gb, st, gwb, B, C, T,
+                                                                        vec=vec), (kd, gd, gw))
+            runs.append(to_f64(gw))
+        assert plan.kernels == (tx._grad_w_mma16_name(dtype, vec), tx._band_combine_name(dtype))
+        ref = tx.reference_backward(np.zeros((C, T)), k, g)[0]
+        check_half_exact(runs[0], ref, dtype, rel_err(runs[0], ref), f"grad_w mma16 vec={vec} {(B, C, T)}")
         assert np.array_equal(runs[0], runs[1]), (vec, B, C, T, "not deterministic")
 
 

@@ -398,6 +398,90 @@ def grad_w_frag(k, g, NB=2, group=16):
     return _combine_bands(ws, C, T, TB, nt)
 
 
+def _ldmatrix_x4_trans(smem, addr):
+    """ldmatrix.x4.trans .b16: as _ldmatrix_x4, but register i of lane l holds (row 2(l%4), column l/4) and
+    (row 2(l%4)+1, column l/4) of matrix i."""
+    rows = [smem[addr[lane]:addr[lane] + 8] for lane in range(32)]
+    return [[[rows[8 * i + 2 * (l & 3) + h][l >> 2] for h in range(2)] for i in range(4)] for l in range(32)]
+
+
+def grad_w_mma16(k, g, vec=False, group=16):
+    """timex_grad_w_mma16<E, Loads> + timex_grad_w_bands: two bands a block, K rows staged as in global memory
+    (thread x: row x/4, its (b, p) counter; k at 16(x%4).., g at 32(x%4)..), A and B fragments by ldmatrix.x4.trans,
+    m16n8k16 fragment maps, the diagonal sums into the workspace, the two-band combine."""
+    B, C, T = k.shape
+    TB, KC, SE, NB = 64, 32, 65, 2
+    SA, SB = TB + 8, NB * TB + 8
+    assert not vec or T % 8 == 0
+    nt = -(-T // TB)
+    npair = -(-nt // NB)
+    ws = np.full((C, nt, 2 * TB), np.nan)
+    for bid in range(C * npair):
+        grp_ = bid // (group * npair)
+        gsz = min(group, C - grp_ * group)
+        r_in = bid - grp_ * group * npair
+        c, band0 = grp_ * group + r_in % gsz, (r_in // gsz) * NB
+        np_ = nt - band0
+        glim = T - band0 * TB
+        nchunks = -(-(B * np_) // KC)
+        ctr = {tid: [(tid >> 2) // np_, (tid >> 2) % np_] for tid in range(THREADS)}
+        acc = np.zeros((4, 32, 2, 8, 4))
+
+        def load8(row, t, lim):  # row(t) for t < lim, else 0; vec: the piece wholly in or out
+            if vec:
+                return [row(t + e) for e in range(8)] if t < lim else [0.0] * 8
+            return [row(t + e) if t + e < lim else 0.0 for e in range(8)]
+
+        for ch in range(nchunks):
+            sa, sg = np.full(KC * SA, np.nan), np.full(KC * SB, np.nan)
+            for tid in range(THREADS):
+                sr, sq = tid >> 2, tid & 3
+                b, p = ctr[tid]
+                ok = b < B
+                klim, gl = (T - p * TB, glim - p * TB) if ok else (0, 0)
+                krow = lambda t, b=b, p=p: k[b, c, p * TB + t]  # noqa: E731
+                grow = lambda t, b=b, p=p: g[b, c, band0 * TB + p * TB + t]  # noqa: E731
+                for s_ in range(2):
+                    o = sr * SA + 16 * sq + 8 * s_
+                    sa[o:o + 8] = load8(krow, 16 * sq + 8 * s_, klim)
+                for s_ in range(4):
+                    o = sr * SB + 32 * sq + 8 * s_
+                    sg[o:o + 8] = load8(grow, 32 * sq + 8 * s_, gl)
+                p += KC
+                if p >= np_:
+                    b, p = b + p // np_, p % np_
+                ctr[tid] = [b, p]
+            for warp in range(4):
+                wm, wn = warp >> 1, warp & 1
+                arow = [((l & 7) + 8 * (l >> 4)) * SA + 32 * wm + 8 * ((l >> 3) & 1) for l in range(32)]
+                brow = [((l & 7) + 8 * ((l >> 3) & 1)) * SB + 64 * wn + 8 * (l >> 4) for l in range(32)]
+                for st in range(KC // 16):
+                    af = [_ldmatrix_x4_trans(sa, [a + 16 * st * SA + 16 * mt for a in arow]) for mt in range(2)]
+                    bf = [_ldmatrix_x4_trans(sg, [a + 16 * st * SB + 16 * p for a in brow]) for p in range(4)]
+                    for mt in range(2):
+                        for n in range(8):
+                            bn = [[bf[n // 2][l][2 * (n % 2)], bf[n // 2][l][2 * (n % 2) + 1]] for l in range(32)]
+                            _mma16(acc[warp, :, mt, n], af[mt], bn)
+        at = np.full(NB * TB * SE, np.nan)
+        for warp in range(4):
+            wm, wn = warp >> 1, warp & 1
+            for lane in range(32):
+                grp, tig = lane >> 2, lane & 3
+                for mt in range(2):
+                    for n in range(8):
+                        for x in range(4):
+                            i = 32 * wm + 16 * mt + grp + 8 * (x >> 1)
+                            j = 8 * n + 2 * tig + (x & 1)
+                            at[wn * TB * SE + i * SE + j] = acc[warp, lane, mt, n, x]
+        for tid in range(2 * TB - 1):
+            e = tid - (TB - 1)
+            for bb in range(NB):
+                if band0 + bb < nt:
+                    ws[c, band0 + bb, tid] = sum(at[bb * TB * SE + i * SE + i + e]
+                                                 for i in range(max(0, -e), min(TB, TB - e)))
+    return _combine_bands(ws, C, T, TB, nt)
+
+
 def _combine_bands(ws, C, T, TB, nt):
     """timex_grad_w_bands: lag d = 64L + r is diagonal r of band L plus diagonal r - 64 of band L+1."""
     gw = np.full((C, T), np.nan)

@@ -87,6 +87,9 @@ class Tuning:
     # predicted ~2x faster, not yet measured) or "tf32x3" (one exact TF32 pass; 0.2065 ms forward at B=32
     # C=768 T=768 bfloat16, H200, 72a42d9).
     half_toeplitz: str = "mma16"
+    # ... and the grad_w kernel, at any B and T: "mma16" (timex_grad_w_mma16, the band GEMMs on m16n8k16 MMAs of
+    # 16-bit operands, not yet measured) or "tf32x3" (the one-pass TF32 bands, timex_grad_w_frag).
+    half_grad_w: str = "mma16"
 
 
 TUNING = Tuning()
@@ -131,6 +134,10 @@ def _mma16_name(rev: bool, dtype: str, vec: bool) -> str:
     return f"timex_mma16<{_PRODUCT[rev]}, {CTYPES[dtype]}, Loads::{'vec8' if vec else 'scalar'}>"
 
 
+def _grad_w_mma16_name(dtype: str, vec: bool) -> str:
+    return f"timex_grad_w_mma16<{CTYPES[dtype]}, Loads::{'vec8' if vec else 'scalar'}>"
+
+
 def _grad_w_bands_name(vec: bool, dtype: str = "float32") -> str:
     return f"timex_grad_w_frag<{GRAD_W_BANDS}, Loads::{'vec2' if vec else 'scalar'}{_element(dtype)}>"
 
@@ -151,6 +158,7 @@ def _declare():
         names += [_toeplitz_name("every_tile", False, dt), _toeplitz_name("scalar", False, dt)]
         names += [_grad_w_bands_name(vec, dt) for vec in (False, True)] + [_band_combine_name(dt)]
     names += [_mma16_name(rev, dt, vec) for dt in MMA16_DTYPES for rev in (False, True) for vec in (False, True)]
+    names += [_grad_w_mma16_name(dt, vec) for dt in MMA16_DTYPES for vec in (False, True)]
     for dt in FLOAT_DTYPES:
         for tile in (("f64",) if dt == "float64" else dict(TUNING.tiled_tiles)):
             # b8 forward only: the backward of every SIMT variant takes choose_tiled's tile, never b8
@@ -355,6 +363,22 @@ def plan_grad_w_tf32x3(b: PlanBuilder, dtype: str, k, ks, g, gs, gw, B, C, T, ve
     plan_naive(b, _band_combine_name(dtype), C * T, (ws, gw, np.int32(C), np.int32(T)))
 
 
+def plan_grad_w_mma16(b: PlanBuilder, dtype: str, k, ks, g, gs, gw, B, C, T, vec=None):
+    """grad_w of a half type on m16n8k16 MMAs: timex_grad_w_mma16's band GEMMs (two bands a block) into the float32
+    workspace of timex_grad_w_frag, then the same combine (timex_grad_w_bands)."""
+    nt = ceil_div(T, BAND)
+    if not _band_grid_ok(B, C, T):
+        raise ValueError(f"timex_backward: C * ceil(T / {BAND}) and B * ceil(T / {BAND}) must be < 2**31 for "
+                         f"'mma16'; got B = {B}, C = {C}, T = {T}")
+    if vec is None:  # 16-byte loads
+        vec = T % 8 == 0 and _packs_ok(k, ks, dtype, 8) and _packs_ok(g, gs, dtype, 8)
+    ws = b.workspace(C * nt * 2 * BAND * 4)
+    b.launch(SOURCE.kernel(_grad_w_mma16_name(dtype, vec)), C * ceil_div(nt, 2), THREADS,
+             (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), ws, np.int32(B), np.int32(C),
+              np.int32(T)))
+    plan_naive(b, _band_combine_name(dtype), C * T, (ws, gw, np.int32(C), np.int32(T)))
+
+
 def _tensor_core_dtype(op: str, variant: str, dtype: str) -> None:
     if dtype not in TENSOR_CORE_DTYPES:
         raise ValueError(f"{op}: variant {variant!r} (TF32 tensor cores) takes {', '.join(TENSOR_CORE_DTYPES)}; "
@@ -396,8 +420,8 @@ def plan_forward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, out, e
 def plan_backward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, g, gs, gw, gk, B, C, T,
                   need_w: bool = True, need_k: bool = True):
     """gk <- grad_k (when need_k), gw <- grad_w (when need_w) by `variant`: one launch each on the SIMT
-    kernels, grad_w's bands and their combine on the tensor cores (mma16: grad_k on timex_mma16, grad_w on the
-    tf32x3 band kernels)."""
+    kernels, grad_w's bands and their combine on the tensor cores (mma16: both on m16n8k16 MMAs of 16-bit
+    operands)."""
     if variant == "naive":
         if need_k:
             plan_naive(b, f"timex_naive_grad_k<{CTYPES[dtype]}>", B * C * T,
@@ -424,7 +448,11 @@ def plan_backward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, g, gs
         else:
             plan_tiled(b, dtype, choose_tiled(dtype, B), True, w, ldw, g, gs, gk, 0.0, B, C, T)
     if need_w:
-        if forced or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w")):
+        if variant == "auto" and dtype in MMA16_DTYPES and tf32x3_auto(dtype, B, T, "grad_w"):
+            variant = TUNING.half_grad_w
+        if variant == "mma16":
+            plan_grad_w_mma16(b, dtype, k, ks, g, gs, gw, B, C, T)
+        elif variant == "tf32x3" or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w")):
             plan_grad_w_tf32x3(b, dtype, k, ks, g, gs, gw, B, C, T)
         else:
             plan_grad_w(b, dtype, k, ks, g, gs, gw, B, C, T)
