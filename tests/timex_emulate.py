@@ -3,8 +3,8 @@
 Each function follows its kernel's staging (shared-memory layout, zero fill), per-thread or per-lane
 register tiles, warp skips and stores line by line, with the arithmetic done exactly, so a CPU test can
 check the tiling, the Toeplitz tap windows, the time reversal and the mma fragment maps (m16n8k8 TF32;
-m16n8k16 on 16-bit operands, with ldmatrix) against the float64 reference without a GPU. It checks the design of the indexing, not the CUDA code itself (the
-GPU tests do that); keep the two in step when a kernel changes."""
+m16n8k16 on 16-bit operands, with ldmatrix) against the float64 reference without a GPU. It checks the design
+of the indexing, not the CUDA code itself (the GPU tests do that); keep the two in step when a kernel changes."""
 from __future__ import annotations
 
 import numpy as np
