@@ -1040,7 +1040,7 @@ timex_mma16(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
   constexpr bool REV = P == Product::grad_k, VEC = L == Loads::vec8;
   static_assert(L == Loads::vec8 || L == Loads::scalar, "timex_mma16 loads by 8 elements or by one");
   constexpr int BM = 32, TN = 256, KU = 64, KS = MMA16_KS;
-  constexpr int QOFF = KU - 10;  // Q[i] holds d = t0 - u0 - QOFF + i: i = 0 is the least d a lane reads
+  constexpr int QOFF = KU - 10;  // Q[i] holds d = t0 - u0 - QOFF + i: i = 0 is the least d of a lane's b0
   constexpr int NQ = TN + KU - 10;  // the largest i read: 64*3 + 8*7 + 7 + QOFF = 309
   constexpr int NQT = (NQ + TX_THREADS - 1) / TX_THREADS;  // 3 tap pairs a thread
   constexpr int NP = BM * KU / 8 / TX_THREADS;             // 2 pieces of 8 k values a thread
