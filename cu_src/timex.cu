@@ -952,6 +952,7 @@ timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, l
 //   diagonal: stored zero taps) and needs fragments j - 2s >= 0; chunks past the slice are skipped. As in
 //   tf32x3f, an Inf/NaN in a later k no longer reaches earlier outputs through 0 * Inf.
 // Two buffers, one barrier a chunk; the next chunk's global loads are in flight during this one's MMAs.
+// Outputs: 16-byte stores through shared memory when T % 8 == 0, else the fragments' own stores.
 template <typename E> struct Mma16;  // D += A B, m16n8k16, E operands, float32 accumulators
 template <> struct Mma16<half> {
   static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
@@ -1136,7 +1137,38 @@ timex_mma16(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
     __syncthreads();
   }
 
-  store_warp_tile<REV>(acc, out, (float)eps, b0, ts, grp, tig, c, B, C, T);
+  if ((T & 7) == 0) {
+    // 16-byte stores (8 lanes a row's 128 bytes, where the fragments' 4-byte stores fill half sectors): each m-tile
+    // of the warp (16 rows x 64 t) through its quarter of the k buffers (no longer read: the loop's last barrier),
+    // rounded to E there; grad_k writes each 8-time piece reversed at T-8-t.
+    E* tile = reinterpret_cast<E*>(&ka[0][0]) + warp * 16 * KS;  // 4 warps x 16 rows x KS = both buffers
+    const float e = (float)eps;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        store2(tile + grp * KS + 8 * j + 2 * tig, acc[mt][j][0] + e, acc[mt][j][1] + e);
+        store2(tile + (grp + 8) * KS + 8 * j + 2 * tig, acc[mt][j][2] + e, acc[mt][j][3] + e);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int it = 0; it < 4; ++it) {
+        const int r = 4 * it + (lane >> 3), t = ts + 8 * (lane & 7);
+        const long long b = b0 + 16 * mt + r;
+        const uint4 v = *reinterpret_cast<const uint4*>(tile + r * KS + 8 * (lane & 7));
+        if (b < B && t < T) {  // T % 8 == 0: the piece is wholly inside
+          E* orow = out + (b * C + c) * (long long)T;
+          if (REV)
+            *reinterpret_cast<uint4*>(orow + (T - 8 - t)) = reverse8(v);
+          else
+            *reinterpret_cast<uint4*>(orow + t) = v;
+        }
+      }
+      __syncwarp();  // the tile is rewritten by the next m-tile
+    }
+  } else {
+    store_warp_tile<REV>(acc, out, (float)eps, b0, ts, grp, tig, c, B, C, T);
+  }
 }
 
 // ---- grad_w on the tensor cores: diagonal bands (variant "tf32x3", all but float64; auto where faster) -

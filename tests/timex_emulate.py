@@ -248,7 +248,8 @@ def _ldmatrix_x4(smem, addr):
 def mma16(w, k, eps, REV, vec=False):
     """timex_mma16<Product, E, Loads>: [b][u] k tile of rows 72 staged by 8-element pieces (vec: one 16-byte
     load, reversed for grad_k; else 8 scalars), A fragments by ldmatrix.x4, tap-pair window Q, warp w on slice w,
-    64-u chunks with the diagonal chunk's tiles j < 2s skipped, m16n8k16 fragment maps."""
+    64-u chunks with the diagonal chunk's tiles j < 2s skipped, m16n8k16 fragment maps, the epilogue's 16-byte
+    stores through shared memory when T % 8 == 0."""
     B, C, T = k.shape
     BM, TN, KU, KS = 32, 256, 64, 72
     QOFF, NQ = KU - 10, TN + KU - 10
@@ -299,8 +300,33 @@ def mma16(w, k, eps, REV, vec=False):
                 acc = np.zeros((4, 32, 2, 8, 4))
                 for ch in range((min(t0 + TN, T) + KU - 1) // KU):
                     chunk(c, t0, b0, ch * KU, acc)
-                _store(out, acc, b0, t0, c, eps, REV)
+                (_store16 if T % 8 == 0 else _store)(out, acc, b0, t0, c, eps, REV)
     return out
+
+
+def _store16(out, acc, b0, t0, c, eps, REV, KS=72):
+    """timex_mma16's epilogue for T % 8 == 0: each warp's m-tile (16 rows x 64 t) to a shared tile of rows KS by
+    the fragments' pairs, then 8-element pieces (lane: row 4 it + lane/8, piece lane%8) to out, reversed for grad_k."""
+    B, C, T = out.shape
+    for warp in range(4):
+        ts = t0 + 64 * warp
+        for mt in range(2):
+            tile = np.full(16 * KS, np.nan)
+            for lane in range(32):
+                grp, tig = lane >> 2, lane & 3
+                for j in range(8):
+                    tile[grp * KS + 8 * j + 2 * tig:][:2] = acc[warp, lane, mt, j, 0:2] + eps
+                    tile[(grp + 8) * KS + 8 * j + 2 * tig:][:2] = acc[warp, lane, mt, j, 2:4] + eps
+            for it in range(4):
+                for lane in range(32):
+                    r, t = 4 * it + (lane >> 3), ts + 8 * (lane & 7)
+                    b = b0 + 16 * mt + r
+                    v = tile[r * KS + 8 * (lane & 7):][:8]
+                    if b < B and t < T:
+                        if REV:
+                            out[b, c, T - 8 - t:T - t] = v[::-1]
+                        else:
+                            out[b, c, t:t + 8] = v
 
 
 def _store(out, acc, b0, t0, c, eps, REV):
