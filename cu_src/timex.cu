@@ -946,8 +946,10 @@ timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, l
 //   the pointer multiples of 8 elements), else 8 scalar loads.
 // - taps: lane (grp, tig)'s B fragment of n-tile j at k-step s is b0 = (f[d], f[d-1]), b1 = (f[d-8], f[d-9])
 //   with d = ts - u0 + 8(j - 2s) + grp - 2tig (ts: the slice's first time), so it depends on j - 2s only:
-//   Q[i] = (b0, b1) for d = t0 - u0 - QOFF + i holds the chunk's 310 fragments, one 8-byte load each, and a
-//   warp loads its 14 distinct ones once a chunk (those of k-step s as s reaches them).
+//   the window Q[i] = (b0, b1) for d = t0 - u0 - QOFF + i holds the chunk's 310 fragments, one 8-byte load each,
+//   and a warp loads its 14 distinct ones once a chunk (those of k-step s as s reaches them). The next chunk's
+//   window is this one moved down by 64, so the pairs live in a ring of 512 (each stored twice, at d & 511 and
+//   512 above, so a window is contiguous): a chunk stages only its 64 new pairs, one per thread.
 // - the slice's diagonal chunk (u0 = ts) runs only the tiles j >= 2s (the others lie wholly above the
 //   diagonal: stored zero taps) and needs fragments j - 2s >= 0; chunks past the slice are skipped. As in
 //   tf32x3f, an Inf/NaN in a later k no longer reaches earlier outputs through 0 * Inf.
@@ -1032,8 +1034,8 @@ __device__ __forceinline__ void mma16_chunk(float (&acc)[2][8][4], const uint2* 
 }
 
 // E = half, bfloat16; Loads::vec8 or scalar (k / g reads, see above). 4 blocks an SM with 16-byte loads (128
-// registers, no spills on sm_90), 3 with scalar loads (their packing needs ~150).
-// Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1 (T/256, B/32 <= 65535); 14176 B shared.
+// registers, no spills on sm_90), 3 with scalar loads (their packing needs ~145).
+// Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1 (T/256, B/32 <= 65535); 17408 B shared.
 template <Product P, typename E, Loads L>
 __global__ void __launch_bounds__(TX_THREADS, L == Loads::vec8 ? 4 : 3)
 timex_mma16(const E* __restrict__ w, long long ldw, const E* __restrict__ k, long long sb, long long sc,
@@ -1043,10 +1045,12 @@ timex_mma16(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
   constexpr int BM = 32, TN = 256, KU = 64, KS = MMA16_KS;
   constexpr int QOFF = KU - 10;  // Q[i] holds d = t0 - u0 - QOFF + i: i = 0 is the least d of a lane's b0
   constexpr int NQ = TN + KU - 10;  // the largest i read: 64*3 + 8*7 + 7 + QOFF = 309
-  constexpr int NQT = (NQ + TX_THREADS - 1) / TX_THREADS;  // 3 tap pairs a thread
+  constexpr int NFILL = (NQ - KU + TX_THREADS - 1) / TX_THREADS;  // 2 pairs a thread to finish the first window
   constexpr int NP = BM * KU / 8 / TX_THREADS;             // 2 pieces of 8 k values a thread
+  constexpr int RING = 512;  // tap-pair ring: pair d at (d & 511) and (d & 511) + 512
+  static_assert(NQ + KU <= RING && TX_THREADS == 2 * KU, "the ring holds a window and the next chunk's pairs");
   __shared__ __align__(16) unsigned short ka[2][BM * KS];
-  __shared__ __align__(16) uint2 tq[2][NQ];
+  __shared__ __align__(16) uint2 tq[2 * RING];
 
   const int c = blockIdx.x;
   const int t0 = (gridDim.y - 1 - blockIdx.y) * TN;
@@ -1077,8 +1081,12 @@ timex_mma16(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
       for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
 
   uint4 pk[NP];
-  unsigned pt[NQT][2];
+  uint2 pt;  // the tap pair this thread adds to the ring for the next chunk
   auto tap = [&](int d) -> unsigned { return (unsigned)d < (unsigned)T ? wrow[T - 1 - d] : 0u; };
+  auto tap_pair = [&](int d) { return make_uint2(pack_b16(tap(d), tap(d - 1)), pack_b16(tap(d - 8), tap(d - 9))); };
+  // the window of chunk u0 starts at pair d = t0 - u0 - QOFF; the next chunk's adds the 64 below it: thread x
+  // stores pair x % 64 of them, in copy x / 64
+  const int ring_d = (threadIdx.x & (KU - 1)) - QOFF, ring_copy = (threadIdx.x / KU) * RING;
   auto fetch = [&](int u0) {
 #pragma unroll
     for (int q = 0; q < NP; ++q) {
@@ -1099,21 +1107,14 @@ timex_mma16(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
         pk[q] = make_uint4(pack_b16(h[0], h[1]), pack_b16(h[2], h[3]), pack_b16(h[4], h[5]), pack_b16(h[6], h[7]));
       }
     }
-#pragma unroll
-    for (int q = 0; q < NQT; ++q) {
-      const int d = t0 - u0 - QOFF + threadIdx.x + q * TX_THREADS;
-      pt[q][0] = pack_b16(tap(d), tap(d - 1));
-      pt[q][1] = pack_b16(tap(d - 8), tap(d - 9));
-    }
+    pt = tap_pair(t0 - u0 + ring_d);
   };
-  auto stage = [&](int buf) {
+  // k tile of chunk u0 into buffer buf, its new tap pairs into the ring (slots that no window being read holds:
+  // the pair 512 above each is past the current window's top)
+  auto stage = [&](int buf, int u0) {
 #pragma unroll
     for (int q = 0; q < NP; ++q) *reinterpret_cast<uint4*>(&ka[buf][(pr + 16 * q) * KS + pu]) = pk[q];
-#pragma unroll
-    for (int q = 0; q < NQT; ++q) {
-      const int i = threadIdx.x + q * TX_THREADS;
-      if (NQ % TX_THREADS == 0 || i < NQ) tq[buf][i] = make_uint2(pt[q][0], pt[q][1]);
-    }
+    tq[((t0 - u0 + ring_d) & (RING - 1)) + ring_copy] = pt;
   };
   // this lane's ldmatrix row: matrix l/8 = (rows +8 for odd, cols +8 for l >= 16), row l%8
   const int arow = ((lane & 7) + 8 * ((lane >> 3) & 1)) * KS + 8 * (lane >> 4);
@@ -1121,19 +1122,30 @@ timex_mma16(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
 
   if (nchunks > 0) {
     fetch(0);
-    stage(0);
+    stage(0, 0);
+#pragma unroll
+    for (int q = 0; q < NFILL; ++q) {  // the rest of the first window: pairs 64 .. NQ-1 (both copies)
+      const int i = KU + threadIdx.x + q * TX_THREADS;
+      if (i < NQ) {
+        const int d = t0 - QOFF + i;
+        const uint2 v = tap_pair(d);
+        tq[d & (RING - 1)] = v;
+        tq[(d & (RING - 1)) + RING] = v;
+      }
+    }
   }
   __syncthreads();
   for (int ch = 0; ch < nchunks; ++ch) {
     const int u0 = ch * KU, buf = ch & 1;
     if (ch + 1 < nchunks) fetch(u0 + KU);  // in flight while this chunk is multiplied
     if (ts < T && u0 <= ts) {  // warp-uniform: later chunks hold only zero taps for this slice
+      const uint2* tql = tq + ((t0 - u0 - QOFF) & (RING - 1)) + tqo;  // window pair i at tq[start + i]
       if (u0 < ts)
-        mma16_chunk<false, E>(acc, tq[buf] + tqo, ka[buf] + arow);
+        mma16_chunk<false, E>(acc, tql, ka[buf] + arow);
       else
-        mma16_chunk<true, E>(acc, tq[buf] + tqo, ka[buf] + arow);
+        mma16_chunk<true, E>(acc, tql, ka[buf] + arow);
     }
-    if (ch + 1 < nchunks) stage(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
+    if (ch + 1 < nchunks) stage(buf ^ 1, u0 + KU);  // the other k buffer: its last readers passed the last barrier
     __syncthreads();
   }
 

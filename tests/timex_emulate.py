@@ -247,16 +247,24 @@ def _ldmatrix_x4(smem, addr):
 
 def mma16(w, k, eps, REV, vec=False):
     """timex_mma16<Product, E, Loads>: [b][u] k tile of rows 72 staged by 8-element pieces (vec: one 16-byte
-    load, reversed for grad_k; else 8 scalars), A fragments by ldmatrix.x4, tap-pair window Q, warp w on slice w,
-    64-u chunks with the diagonal chunk's tiles j < 2s skipped, m16n8k16 fragment maps, the epilogue's 16-byte
-    stores through shared memory when T % 8 == 0."""
+    load, reversed for grad_k; else 8 scalars), A fragments by ldmatrix.x4, the tap-pair windows in a ring of 512
+    pairs stored twice (the first window filled whole, then 64 new pairs a chunk, written here before the chunk
+    before reads them, as a fast warp may), warp w on slice w, 64-u chunks with the diagonal chunk's tiles j < 2s
+    skipped, m16n8k16 fragment maps, the epilogue's 16-byte stores through shared memory when T % 8 == 0."""
     B, C, T = k.shape
     BM, TN, KU, KS = 32, 256, 64, 72
-    QOFF, NQ = KU - 10, TN + KU - 10
+    QOFF, NQ, RING = KU - 10, TN + KU - 10, 512
     assert not vec or T % 8 == 0
     tap = lambda c, d: w[c, T - 1 - d] if 0 <= d < T else 0.0
+    pair = lambda c, d: [[tap(c, d), tap(c, d - 1)], [tap(c, d - 8), tap(c, d - 9)]]  # noqa: E731
 
-    def chunk(c, t0, b0, u0, acc):
+    def ring_stage(ring, c, t0, u0):
+        """Chunk u0's 64 new pairs: thread x stores pair d = t0 - u0 - QOFF + x % 64 in copy x / 64."""
+        for x in range(128):
+            d = t0 - u0 + (x & 63) - QOFF
+            ring[(d & (RING - 1)) + (x >> 6) * RING] = pair(c, d)
+
+    def chunk(c, t0, b0, u0, acc, ring):
         ka = np.full(BM * KS, np.nan)  # padding stays NaN: a read of it poisons the sums
         for x in range(128):
             pr, pu = x >> 3, 8 * (x & 7)
@@ -270,10 +278,7 @@ def mma16(w, k, eps, REV, vec=False):
                     piece = [k[b, c, T - 1 - u - e if REV else u + e] if (b < B and u + e < T) else 0.0
                              for e in range(8)]
                 ka[(pr + 16 * q) * KS + pu:][:8] = piece
-        tq = np.full((NQ, 2, 2), np.nan)
-        for i in range(NQ):
-            d = t0 - u0 - QOFF + i
-            tq[i] = [[tap(c, d), tap(c, d - 1)], [tap(c, d - 8), tap(c, d - 9)]]
+        tq = ring[((t0 - u0 - QOFF) & (RING - 1)):]  # the window: pair i at its start + i
         for warp in range(4):
             ts = t0 + warp * 64
             if not (ts < T and u0 <= ts):
@@ -298,8 +303,17 @@ def mma16(w, k, eps, REV, vec=False):
             for bz in range(gz):
                 t0, b0 = (gy - 1 - by) * TN, bz * BM
                 acc = np.zeros((4, 32, 2, 8, 4))
-                for ch in range((min(t0 + TN, T) + KU - 1) // KU):
-                    chunk(c, t0, b0, ch * KU, acc)
+                ring = np.full((2 * RING, 2, 2), np.nan)
+                nchunks = (min(t0 + TN, T) + KU - 1) // KU
+                ring_stage(ring, c, t0, 0)
+                for x in range(128):  # the rest of the first window, both copies
+                    for i in range(KU + x, NQ, 128):
+                        d = t0 - QOFF + i
+                        ring[d & (RING - 1)] = ring[(d & (RING - 1)) + RING] = pair(c, d)
+                for ch in range(nchunks):
+                    if ch + 1 < nchunks:
+                        ring_stage(ring, c, t0, (ch + 1) * KU)
+                    chunk(c, t0, b0, ch * KU, acc, ring)
                 (_store16 if T % 8 == 0 else _store)(out, acc, b0, t0, c, eps, REV)
     return out
 
