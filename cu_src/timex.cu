@@ -16,7 +16,7 @@ extern __shared__ __align__(16) unsigned char timex_dyn_smem[];  // dynamic shar
 enum class Product { forward, grad_k };
 // How rows of k / g are read from global memory: element by element, or in packs of 2 or 4 elements (the
 // host takes packs only when T, the row strides and the pointers are multiples of the pack).
-enum class Loads { scalar, vec2, vec4 };
+enum class Loads { scalar, vec2, vec4, vec8 };
 // timex_tf32x3f's two diagonal chunks of a warp slice: every MMA tile, or only the tiles not wholly above
 // the diagonal (those multiply stored zero taps).
 enum class Diagonal { every_tile, skip_zero_tiles };
@@ -934,6 +934,255 @@ timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, l
   store_warp_tile<REV>(acc, out, (float)eps, b0, ts, grp, tig, c, B, C, T);
 }
 
+// ---- tensor cores on 16-bit operands: mma m16n8k16 (variant "mma16"; auto for float16 / bfloat16) -------
+// timex_tf32x3f's Toeplitz product for E = half, bfloat16 with mma.sync m16n8k16 on E operands (float32
+// accumulation; a product of two E values is exact): half the MMAs of the one-pass TF32 kernel and operands
+// staged as 16-bit values (half its shared memory and staging stores). A block owns 32 rows b x 256 times t of
+// one channel, warp w the 64-t slice w (2 x 8 m16n8 tiles); chunks of 64 u.
+// - k tile: [b][u] rows of 64 + 8 elements (144 bytes, so the 8 rows an ldmatrix phase reads fall on distinct
+//   bank quads); A fragments by ldmatrix.x4. Thread x stages the 16-byte pieces x and x + 128 (row x/8 + 16q,
+//   u 8(x%8)): a warp reads 4 rows x 128 contiguous bytes. grad_k reads g time-reversed, a piece being the
+//   16 bytes at T-8-u with its 8 elements reversed. Loads::vec8: one 16-byte load a piece (T, the strides and
+//   the pointer multiples of 8 elements), else 8 scalar loads.
+// - taps: lane (grp, tig)'s B fragment of n-tile j at k-step s is b0 = (f[d], f[d-1]), b1 = (f[d-8], f[d-9])
+//   with d = ts - u0 + 8(j - 2s) + grp - 2tig (ts: the slice's first time), so it depends on j - 2s only:
+//   the window Q[i] = (b0, b1) for d = t0 - u0 - QOFF + i holds the chunk's 310 fragments, one 8-byte load each,
+//   and a warp loads its 14 distinct ones once a chunk (those of k-step s as s reaches them). The next chunk's
+//   window is this one moved down by 64, so the pairs live in a ring of 512 (each stored twice, at d & 511 and
+//   512 above, so a window is contiguous): a chunk stages only its 64 new pairs, one per thread.
+// - the slice's diagonal chunk (u0 = ts) runs only the tiles j >= 2s (the others lie wholly above the
+//   diagonal: stored zero taps) and needs fragments j - 2s >= 0; chunks past the slice are skipped. As in
+//   tf32x3f, an Inf/NaN in a later k no longer reaches earlier outputs through 0 * Inf.
+// Two buffers, one barrier a chunk; the next chunk's global loads are in flight during this one's MMAs.
+// Outputs: 16-byte stores through shared memory when T % 8 == 0, else the fragments' own stores.
+template <typename E> struct Mma16;  // D += A B, m16n8k16, E operands, float32 accumulators
+template <> struct Mma16<half> {
+  static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <> struct Mma16<bfloat16> {
+  static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// Four 8x8 b16 matrices from shared memory: lanes 8i..8i+7 give the row addresses of matrix i, and register i
+// of lane l holds row l/4, elements 2(l%4), 2(l%4)+1 of matrix i (an m16n8k16 A fragment when the matrices
+// are the tile's (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)).
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+
+// ldmatrix_x4 transposed: register i of lane l holds (row 2(l%4), column l/4) and (row 2(l%4)+1, column l/4)
+// of matrix i, i.e. two consecutive rows at one column: an MMA operand whose k index runs along the stored rows.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+
+// Two 16-bit values as one word: x in the low half (the lower MMA k index), y in the high.
+__device__ __forceinline__ unsigned pack_b16(unsigned x, unsigned y) { return x | (y << 16); }
+// A 16-byte piece of 8 16-bit elements in reverse order.
+__device__ __forceinline__ uint4 reverse8(uint4 v) {
+  return make_uint4(__byte_perm(v.w, 0, 0x1032), __byte_perm(v.z, 0, 0x1032), __byte_perm(v.y, 0, 0x1032),
+                    __byte_perm(v.x, 0, 0x1032));
+}
+
+constexpr int MMA16_KS = 64 + 8;  // timex_mma16's k tile row, in elements (64 u + 8 padding)
+
+// One 64-u chunk of timex_mma16's MMAs for one warp. DIAG: the slice's diagonal chunk (tiles j >= 2s only).
+// tql: this lane's tap pair of j - 2s = 0 (that of m = j - 2s at tql[8m], m in [-6, 8)); arow: this lane's
+// ldmatrix row address of m-tile 0, k-step 0.
+template <bool DIAG, typename E>
+__device__ __forceinline__ void mma16_chunk(float (&acc)[2][8][4], const uint2* tql, const unsigned short* arow) {
+  uint2 bf[14];  // bf[m + 6]
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    // the fragments k-step s adds: m in [-2s, 8 - 2s), of which m >= 0 in the diagonal chunk
+    if (s == 0) {
+#pragma unroll
+      for (int m = 0; m < 8; ++m) bf[m + 6] = tql[8 * m];
+    } else if (!DIAG) {
+      bf[6 - 2 * s] = tql[-16 * s];
+      bf[7 - 2 * s] = tql[8 - 16 * s];
+    }
+    unsigned a[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], arow + 16 * MMA16_KS * mt + 16 * s);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int j = DIAG ? 2 * s : 0; j < 8; ++j) {
+        const uint2 b = bf[j - 2 * s + 6];
+        Mma16<E>::run(acc[mt][j], a[mt], b.x, b.y);
+      }
+  }
+}
+
+// E = half, bfloat16; Loads::vec8 or scalar (k / g reads, see above). 4 blocks an SM with 16-byte loads (128
+// registers, no spills on sm_90), 3 with scalar loads (their packing needs ~145).
+// Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1 (T/256, B/32 <= 65535); 17408 B shared.
+template <Product P, typename E, Loads L>
+__global__ void __launch_bounds__(TX_THREADS, L == Loads::vec8 ? 4 : 3)
+timex_mma16(const E* __restrict__ w, long long ldw, const E* __restrict__ k, long long sb, long long sc,
+            E* __restrict__ out, double eps, int B, int C, int T) {
+  constexpr bool REV = P == Product::grad_k, VEC = L == Loads::vec8;
+  static_assert(L == Loads::vec8 || L == Loads::scalar, "timex_mma16 loads by 8 elements or by one");
+  constexpr int BM = 32, TN = 256, KU = 64, KS = MMA16_KS;
+  constexpr int QOFF = KU - 10;  // Q[i] holds d = t0 - u0 - QOFF + i: i = 0 is the least d of a lane's b0
+  constexpr int NQ = TN + KU - 10;  // the largest i read: 64*3 + 8*7 + 7 + QOFF = 309
+  constexpr int NFILL = (NQ - KU + TX_THREADS - 1) / TX_THREADS;  // 2 pairs a thread to finish the first window
+  constexpr int NP = BM * KU / 8 / TX_THREADS;             // 2 pieces of 8 k values a thread
+  constexpr int RING = 512;  // tap-pair ring: pair d at (d & 511) and (d & 511) + 512
+  static_assert(NQ + KU <= RING && TX_THREADS == 2 * KU, "the ring holds a window and the next chunk's pairs");
+  __shared__ __align__(16) unsigned short ka[2][BM * KS];
+  __shared__ __align__(16) uint2 tq[2 * RING];
+
+  const int c = blockIdx.x;
+  const int t0 = (gridDim.y - 1 - blockIdx.y) * TN;
+  const long long b0 = (long long)blockIdx.z * BM;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int ts = t0 + warp * 64;  // this warp's slice: times ts .. ts + 63
+  const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
+  const unsigned short* wrow = reinterpret_cast<const unsigned short*>(w + (long long)c * ldw);
+
+  // staged pieces x + 128 q: row pr + 16 q, u offset pu
+  const int pr = threadIdx.x >> 3, pu = 8 * (threadIdx.x & 7);
+  const unsigned short* kr[NP];
+  bool okr[NP];
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    const long long b = b0 + pr + 16 * q;
+    okr[q] = b < B;
+    kr[q] = reinterpret_cast<const unsigned short*>(k + (long long)c * sc + (okr[q] ? b : 0) * sb);
+  }
+
+  float acc[2][8][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
+
+  uint4 pk[NP];
+  uint2 pt;  // the tap pair this thread adds to the ring for the next chunk
+  auto tap = [&](int d) -> unsigned { return (unsigned)d < (unsigned)T ? wrow[T - 1 - d] : 0u; };
+  auto tap_pair = [&](int d) { return make_uint2(pack_b16(tap(d), tap(d - 1)), pack_b16(tap(d - 8), tap(d - 9))); };
+  // the window of chunk u0 starts at pair d = t0 - u0 - QOFF; the next chunk's adds the 64 below it: thread x
+  // stores pair x % 64 of them, in copy x / 64
+  const int ring_d = (threadIdx.x & (KU - 1)) - QOFF, ring_copy = (threadIdx.x / KU) * RING;
+  auto fetch = [&](int u0) {
+#pragma unroll
+    for (int q = 0; q < NP; ++q) {
+      const int u = u0 + pu;
+      if constexpr (VEC) {  // u % 8 == 0 and T % 8 == 0: the piece is wholly inside or past T
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (okr[q] && u < T) {
+          if (REV)
+            v = reverse8(*reinterpret_cast<const uint4*>(kr[q] + (T - 8 - u)));
+          else
+            v = *reinterpret_cast<const uint4*>(kr[q] + u);
+        }
+        pk[q] = v;
+      } else {
+        unsigned h[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) h[e] = (okr[q] && u + e < T) ? kr[q][REV ? T - 1 - u - e : u + e] : 0u;
+        pk[q] = make_uint4(pack_b16(h[0], h[1]), pack_b16(h[2], h[3]), pack_b16(h[4], h[5]), pack_b16(h[6], h[7]));
+      }
+    }
+    pt = tap_pair(t0 - u0 + ring_d);
+  };
+  // k tile of chunk u0 into buffer buf, its new tap pairs into the ring (slots that no window being read holds:
+  // the pair 512 above each is past the current window's top)
+  auto stage = [&](int buf, int u0) {
+#pragma unroll
+    for (int q = 0; q < NP; ++q) *reinterpret_cast<uint4*>(&ka[buf][(pr + 16 * q) * KS + pu]) = pk[q];
+    tq[((t0 - u0 + ring_d) & (RING - 1)) + ring_copy] = pt;
+  };
+  // this lane's ldmatrix row: matrix l/8 = (rows +8 for odd, cols +8 for l >= 16), row l%8
+  const int arow = ((lane & 7) + 8 * ((lane >> 3) & 1)) * KS + 8 * (lane >> 4);
+  const int tqo = warp * 64 + grp - 2 * tig + QOFF;
+
+  if (nchunks > 0) {
+    fetch(0);
+    stage(0, 0);
+#pragma unroll
+    for (int q = 0; q < NFILL; ++q) {  // the rest of the first window: pairs 64 .. NQ-1 (both copies)
+      const int i = KU + threadIdx.x + q * TX_THREADS;
+      if (i < NQ) {
+        const int d = t0 - QOFF + i;
+        const uint2 v = tap_pair(d);
+        tq[d & (RING - 1)] = v;
+        tq[(d & (RING - 1)) + RING] = v;
+      }
+    }
+  }
+  __syncthreads();
+  for (int ch = 0; ch < nchunks; ++ch) {
+    const int u0 = ch * KU, buf = ch & 1;
+    if (ch + 1 < nchunks) fetch(u0 + KU);  // in flight while this chunk is multiplied
+    if (ts < T && u0 <= ts) {  // warp-uniform: later chunks hold only zero taps for this slice
+      const uint2* tql = tq + ((t0 - u0 - QOFF) & (RING - 1)) + tqo;  // window pair i at tq[start + i]
+      if (u0 < ts)
+        mma16_chunk<false, E>(acc, tql, ka[buf] + arow);
+      else
+        mma16_chunk<true, E>(acc, tql, ka[buf] + arow);
+    }
+    if (ch + 1 < nchunks) stage(buf ^ 1, u0 + KU);  // the other k buffer: its last readers passed the last barrier
+    __syncthreads();
+  }
+
+  if ((T & 7) == 0) {
+    // 16-byte stores (8 lanes a row's 128 bytes, where the fragments' 4-byte stores fill half sectors): each m-tile
+    // of the warp (16 rows x 64 t) through its quarter of the k buffers (no longer read: the loop's last barrier),
+    // rounded to E there; grad_k writes each 8-time piece reversed at T-8-t.
+    E* tile = reinterpret_cast<E*>(&ka[0][0]) + warp * 16 * KS;  // 4 warps x 16 rows x KS = both buffers
+    const float e = (float)eps;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        store2(tile + grp * KS + 8 * j + 2 * tig, acc[mt][j][0] + e, acc[mt][j][1] + e);
+        store2(tile + (grp + 8) * KS + 8 * j + 2 * tig, acc[mt][j][2] + e, acc[mt][j][3] + e);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int it = 0; it < 4; ++it) {
+        const int r = 4 * it + (lane >> 3), t = ts + 8 * (lane & 7);
+        const long long b = b0 + 16 * mt + r;
+        const uint4 v = *reinterpret_cast<const uint4*>(tile + r * KS + 8 * (lane & 7));
+        if (b < B && t < T) {  // T % 8 == 0: the piece is wholly inside
+          E* orow = out + (b * C + c) * (long long)T;
+          if (REV)
+            *reinterpret_cast<uint4*>(orow + (T - 8 - t)) = reverse8(v);
+          else
+            *reinterpret_cast<uint4*>(orow + t) = v;
+        }
+      }
+      __syncwarp();  // the tile is rewritten by the next m-tile
+    }
+  } else {
+    store_warp_tile<REV>(acc, out, (float)eps, b0, ts, grp, tig, c, B, C, T);
+  }
+}
+
 // ---- grad_w on the tensor cores: diagonal bands (variant "tf32x3", all but float64; auto where faster) -
 constexpr int TXB = 64;  // band tile of the tensor-core grad_w
 // grad_f[c,d] = sum_b sum_t' k[b,t'] g[b,t'+d]. Cut t' = p0+i and t = p0+delta+j with p0, delta multiples of
@@ -1133,8 +1382,148 @@ timex_grad_w_frag(const E* __restrict__ k, long long ksb, long long ksc, const E
   }
 }
 
+// ---- grad_w on 16-bit tensor-core operands (variant "mma16"; auto for float16 / bfloat16) ----------------
+// timex_grad_w_frag's band GEMMs (two bands a block, its workspace, grid order and diagonal sums, then
+// timex_grad_w_bands) with mma.sync m16n8k16 on E operands. Shared memory holds the K rows as they lie in global
+// memory, 16-bit: A [kk][i] (64 + 8 elements a row) and B [kk][j] (128 + 8; both pitches put an ldmatrix phase's 8
+// rows on distinct bank quads). Both MMA operands pair two consecutive K rows at one column (a0 = k of rows 2tig,
+// 2tig+1 at i = grp; b0 likewise at j = grp), which ldmatrix.trans delivers from that layout: one .x4.trans is
+// an A fragment (16 i x 16 kk) or the B fragments of two n-tiles. 32 K rows a chunk; thread x stages row x/4 (one
+// (b, p) counter pair): k at 16(x%4) .. +15 and g at 32(x%4) .. +31 of the row. Loads::vec8: 16-byte loads (T,
+// the strides and the pointers multiples of 8 elements), else scalar. Warp (wm, wn) owns i in [32wm, +32) x j in
+// [64wn, +64) (2 x 8 m16n8 tiles). Two buffers, one barrier a chunk.
+// Launch: 1-D grid of C*ceil(ceil(T/64)/2) blocks of 128; any B, C, T >= 1 (C, B * ceil(T/64) < 2^31).
+template <typename E, Loads L>
+__global__ void __launch_bounds__(TX_THREADS, 3)
+timex_grad_w_mma16(const E* __restrict__ k, long long ksb, long long ksc, const E* __restrict__ g, long long gsb,
+                   long long gsc, float* __restrict__ ws, int B, int C, int T) {
+  constexpr bool VEC = L == Loads::vec8;
+  static_assert(L == Loads::vec8 || L == Loads::scalar, "timex_grad_w_mma16 loads by 8 elements or by one");
+  constexpr int NB = 2, KC = 32;                    // bands a block, K rows a chunk
+  constexpr int SA = TXB + 8, SB = NB * TXB + 8;    // elements a staged row of k, of g
+  constexpr int SE = TXB + 1;                       // epilogue tile row (floats)
+  constexpr int STAGE = 2 * KC * (SA + SB) * 2, EPI = NB * TXB * SE * 4;  // bytes
+  __shared__ __align__(16) unsigned char smem[STAGE > EPI ? STAGE : EPI];
+  unsigned short* const sa = reinterpret_cast<unsigned short*>(smem);  // [2][KC][SA]
+  unsigned short* const sg = sa + 2 * KC * SA;                         // [2][KC][SB]
+  float* const sm = reinterpret_cast<float*>(smem);
+
+  const int nt = (T + TXB - 1) / TXB, npair = (nt + NB - 1) / NB;
+  const long long bid = blockIdx.x;
+  const long long group = bid / ((long long)TX_GROUP * npair);
+  const int gsz = (int)min((long long)TX_GROUP, C - group * TX_GROUP);
+  const int r_in = (int)(bid - group * TX_GROUP * npair);
+  const int c = (int)(group * TX_GROUP) + r_in % gsz;
+  const int band0 = (r_in / gsz) * NB;             // the long bands first
+  const int np = nt - band0;                       // tiles p with p*64 + delta0 < T
+  const int nchunks = (B * np + KC - 1) / KC;
+  const unsigned short* k0 = reinterpret_cast<const unsigned short*>(k) + (long long)c * ksc;
+  const unsigned short* g0 = reinterpret_cast<const unsigned short*>(g) + (long long)c * gsc + band0 * TXB;
+  const int glim = T - band0 * TXB;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int wm = warp >> 1, wn = warp & 1;
+  const int sr = threadIdx.x >> 2, sq = threadIdx.x & 3;  // this thread's staged row, quarter of it
+
+  float acc[2][8][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+
+  int rb = sr / np, rp = sr % np;  // (b, p) of the thread's row in the current chunk
+  uint4 pa[2], pg[4];
+  auto load8 = [&](const unsigned short* row, int t, int lim) -> uint4 {  // row[t .. t+7], zeros at >= lim
+    if constexpr (VEC) {
+      return t < lim ? *reinterpret_cast<const uint4*>(row + t) : make_uint4(0u, 0u, 0u, 0u);
+    } else {
+      unsigned h[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) h[e] = t + e < lim ? row[t + e] : 0u;
+      return make_uint4(pack_b16(h[0], h[1]), pack_b16(h[2], h[3]), pack_b16(h[4], h[5]), pack_b16(h[6], h[7]));
+    }
+  };
+  auto fetch = [&]() {
+    const bool ok = rb < B;
+    const long long b = ok ? rb : 0;
+    const unsigned short* kr = k0 + b * ksb + rp * TXB;
+    const unsigned short* gr = g0 + b * gsb + rp * TXB;
+    const int klim = ok ? T - rp * TXB : 0, gl = ok ? glim - rp * TXB : 0;
+#pragma unroll
+    for (int s = 0; s < 2; ++s) pa[s] = load8(kr, 16 * sq + 8 * s, klim);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) pg[s] = load8(gr, 32 * sq + 8 * s, gl);
+    rp += KC;  // the next chunk's row
+    if (rp >= np) rb += rp / np, rp %= np;
+  };
+  auto stage = [&](int buf) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) *reinterpret_cast<uint4*>(sa + (buf * KC + sr) * SA + 16 * sq + 8 * s) = pa[s];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) *reinterpret_cast<uint4*>(sg + (buf * KC + sr) * SB + 32 * sq + 8 * s) = pg[s];
+  };
+  // this lane's ldmatrix rows: A matrix l/8 = (kk +8 for l >= 16, i +8 for odd l/8); B (kk +8 odd, j +8 l >= 16)
+  const int arow = ((lane & 7) + 8 * (lane >> 4)) * SA + 32 * wm + 8 * ((lane >> 3) & 1);
+  const int brow = ((lane & 7) + 8 * ((lane >> 3) & 1)) * SB + 64 * wn + 8 * (lane >> 4);
+
+  if (nchunks > 0) {
+    fetch();
+    stage(0);
+  }
+  __syncthreads();
+  for (int ch = 0; ch < nchunks; ++ch) {
+    const int buf = ch & 1;
+    if (ch + 1 < nchunks) fetch();  // in flight while this chunk is multiplied
+    const unsigned short* A = sa + buf * KC * SA + arow;
+    const unsigned short* Bm = sg + buf * KC * SB + brow;
+#pragma unroll
+    for (int st = 0; st < KC / 16; ++st) {
+      unsigned a[2][4], b[4][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], A + 16 * st * SA + 16 * mt);
+#pragma unroll
+      for (int p = 0; p < 4; ++p) ldmatrix_x4_trans(b[p], Bm + 16 * st * SB + 16 * p);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int n = 0; n < 8; ++n)  // n-tile n: b0, b1 = registers 2(n%2), 2(n%2)+1 of pair n/2
+          Mma16<E>::run(acc[mt][n], a[mt], b[n / 2][2 * (n % 2)], b[n / 2][2 * (n % 2) + 1]);
+    }
+    if (ch + 1 < nchunks) stage(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
+    __syncthreads();
+  }
+
+  // Diagonal sums per band, as timex_grad_w_frag: accumulators to shared memory ([band][i][j - 64 band]), then
+  // thread x sums diagonal j - i = x - 63 of every band, i ascending (fixed order).
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int i = 32 * wm + 16 * mt + grp + 8 * (x >> 1);
+        const int j = 8 * n + 2 * tig + (x & 1);  // in band wn
+        sm[wn * TXB * SE + i * SE + j] = acc[mt][n][x];
+      }
+  __syncthreads();
+  const int e = (int)threadIdx.x - (TXB - 1);
+  if (e < TXB) {
+    float s[NB];
+#pragma unroll
+    for (int bb = 0; bb < NB; ++bb) s[bb] = 0.f;
+    for (int i = max(0, -e); i < min(TXB, TXB - e); ++i)
+#pragma unroll
+      for (int bb = 0; bb < NB; ++bb) s[bb] += sm[bb * TXB * SE + i * SE + i + e];
+#pragma unroll
+    for (int bb = 0; bb < NB; ++bb)
+      if (band0 + bb < nt) ws[((long long)c * nt + band0 + bb) * (2 * TXB) + threadIdx.x] = s[bb];
+  }
+}
+
 // grad_w[c, T-1-d] for d = 64L + r: diagonal r of band L plus diagonal r - 64 of band L+1 (when r > 0), from
-// ws as timex_grad_w_frag writes it (float32), rounded once to E.
+// ws as timex_grad_w_frag and timex_grad_w_mma16 write it (float32), rounded once to E.
 // Launch: 1-D grid-stride loop over C*T, any block size; any C, T >= 1.
 template <typename E>
 __global__ void timex_grad_w_bands(const float* __restrict__ ws, E* __restrict__ gw, int C, int T) {

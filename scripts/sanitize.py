@@ -238,12 +238,13 @@ def timex(step: Steps, small: bool):
     B, C, T = (8, 2, 256) if small else (16, 3, 256)
     for variant in variants("timex", "VARIANTS", ("auto", "tiled", "naive")):
         dtypes = FLOATS if variant in ("auto", "tiled", "naive") else \
-            ("float32", "float16", "bfloat16") if variant.startswith("tiled_") else ("float32",)
+            ("float32", "float16", "bfloat16") if variant.startswith("tiled_") else \
+            ("float16", "bfloat16") if variant == "mma16" else ("float32",)
         for dtype in dtypes:
             w, k = arr((C, T), dtype, scale=0.06), arr((B, C, T), dtype)
             step(f"timex variant={variant} {dtype}", ck.timex, w, k, 0.5, variant=variant)
     for variant in variants("timex", "BACKWARD_VARIANTS", ("auto", "tiled", "naive", "tf32x3")):
-        for dtype in (FLOATS if variant != "tf32x3" else ("float32",)):
+        for dtype in {"tf32x3": ("float32",), "mma16": ("float16", "bfloat16")}.get(variant, FLOATS):
             w, k, g = arr((C, T), dtype, scale=0.06), arr((B, C, T), dtype), arr((B, C, T), dtype)
             step(f"timex_backward variant={variant} {dtype}", ck.timex_backward, w, k, g, variant=variant)
     for T2 in (1, 7, 130, 1025):  # odd lengths, past a tile

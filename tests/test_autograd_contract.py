@@ -400,7 +400,8 @@ def _timex_ref(w, k, eps):
 @pytest.mark.parametrize("variant, dtype, shape", [("auto", "float64", (3, 4, 100)), ("auto", "float32", (3, 4, 100)),
                                                     ("auto", "float32", (16, 3, 256)), ("naive", "float32", (2, 3, 70)),
                                                     ("tiled", "float32", (5, 2, 300)),
-                                                    ("tf32x3", "float32", (4, 3, 200))])
+                                                    ("tf32x3", "float32", (4, 3, 200)),
+                                                    ("mma16", "bfloat16", (13, 3, 200))])
 @pytest.mark.parametrize("kind", GRAD_KINDS)
 @pytest.mark.parametrize("requires", ["w", "k", "w+k"])
 def test_timex_gradients(requires, kind, variant, dtype, shape):

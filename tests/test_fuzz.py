@@ -462,11 +462,11 @@ def _check_norm_grads(grads, names, xv, wv, bv, dyv, eps, mode, dtype, k, repro)
 
 TIMEX_VARIANTS = {"float32": ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "tf32x3_full",
                               "tf32x3_scalar", "naive", "shared", "float4", "batch8", "balanced"),
-                  "float16": ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "naive"),
-                  "bfloat16": ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "naive"),
+                  "float16": ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "mma16", "naive"),
+                  "bfloat16": ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "mma16", "naive"),
                   "float64": ("auto", "tiled", "naive")}
-TIMEX_BACKWARD = {"float32": ("auto", "tiled", "tf32x3", "naive"), "float16": ("auto", "tiled", "naive"),
-                  "bfloat16": ("auto", "tiled", "naive"), "float64": ("auto", "tiled", "naive")}
+TIMEX_BACKWARD = {"float32": ("auto", "tiled", "tf32x3", "naive"), "float16": ("auto", "tiled", "mma16", "naive"),
+                  "bfloat16": ("auto", "tiled", "mma16", "naive"), "float64": ("auto", "tiled", "naive")}
 
 
 def rung_refuses(variant, B, T) -> bool:

@@ -119,6 +119,38 @@ def test_tf32x3_fragment_maps_emulated(shape):
         assert rel_err(kern(w, k, 0.0, True), rgk) < 1e-13
 
 
+@pytest.mark.parametrize("shape", [(3, 1, 37), (33, 1, 300), (2, 1, 64), (1, 2, 1), (35, 1, 136), (2, 1, 520)])
+def test_mma16_fragment_maps_emulated(shape):
+    """timex_mma16, both directions, scalar and (T % 8 == 0) 16-byte loads: the [b][u] tile and ldmatrix rows,
+    the tap-pair window, the m16n8k16 fragment maps (two 16-bit values a register), the diagonal chunk's skips;
+    odd T, T past a 256 tile and not a multiple of 64, B past a 32-row tile and not a multiple of it."""
+    import timex_emulate as emu
+
+    r = rng()
+    B, C, T = shape
+    w, k = r.standard_normal((C, T)), r.standard_normal(shape)
+    _, rgk = tx.reference_backward(w, np.zeros_like(k), k)
+    for vec in (False, True) if T % 8 == 0 else (False,):
+        assert rel_err(emu.mma16(w, k, 0.25, False, vec), tx.reference(w, k, 0.25)) < 1e-13
+        assert rel_err(emu.mma16(w, k, 0.0, True, vec), rgk) < 1e-13
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 37), (5, 2, 130), (2, 1, 64), (3, 17, 65), (1, 1, 200),
+                                   (40, 1, 200), (33, 1, 72), (70, 1, 3), (4, 1, 257)])
+def test_grad_w_mma16_emulated(shape):
+    """timex_grad_w_mma16, scalar and (T % 8 == 0) 16-byte loads: row staging and (b, p) counters (fewer rows than
+    a chunk, several chunks, np < 32 and wrapping by more than one row b), ldmatrix.trans fragments of both bands,
+    the m16n8k16 maps, an odd number of bands, the diagonal sums and the two-band combine."""
+    import timex_emulate as emu
+
+    r = rng()
+    B, C, T = shape
+    w, k, g = r.standard_normal((C, T)), r.standard_normal(shape), r.standard_normal(shape)
+    ref = tx.reference_backward(w, k, g)[0]
+    for vec in (False, True) if T % 8 == 0 else (False,):
+        assert rel_err(emu.grad_w_mma16(k, g, vec), ref) < 1e-13
+
+
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 37), (5, 2, 130), (2, 1, 64), (3, 17, 65), (1, 1, 200),
                                    (4, 1, 257)])
 def test_grad_w_frag_emulated(shape):
@@ -154,6 +186,11 @@ def test_auto_takes_the_tensor_cores_where_measured_faster_and_accurate():
         assert tx.tf32x3_auto(dt, 1, 1, "grad_w") and tx.tf32x3_auto(dt, 33, 2048, "grad_w")
         assert tx.tf32x3_auto(dt, 2, 2049, "grad_w") and tx.tf32x3_auto(dt, 64, 65536, "grad_w")
     assert not any(tx.tf32x3_auto("float64", 64, 768, kern) for kern in ("toeplitz", "grad_w"))
+    for dt in ("float16", "bfloat16"):  # the half types' forward and grad_k: mma16 where the tensor cores apply
+        assert tx._toeplitz_auto(dt, 32, 768) == "mma16" and tx._toeplitz_auto(dt, 12, 4097) == "mma16"
+        assert tx._toeplitz_auto(dt, 11, 768) == "tiled" and tx._toeplitz_auto(dt, 384, 64) == "tiled"
+    assert tx._toeplitz_auto("float32", 32, 768) == "tf32x3" and tx._toeplitz_auto("float64", 32, 768) == "tiled"
+    assert tx.backward_variant("mma16") == "mma16"
     assert tx.backward_variant("auto") == "auto" and tx.backward_variant("tf32x3") == "tf32x3"
     assert tx.backward_variant("tf32x3_full") == "tf32x3" and tx.backward_variant("tf32x3_scalar") == "tf32x3"
     assert tx.backward_variant("balanced") == "tiled" and tx.backward_variant("tiled_b8") == "tiled"
@@ -167,6 +204,8 @@ def test_tuning_overrides_the_rules():
         assert not tx.tf32x3_auto("float32", 32, 768) and tx.tf32x3_auto("float32", 64, 768)
         assert not tx.tf32x3_auto("float32", 1, 1024, "grad_w")
         assert not tx.tf32x3_auto("bfloat16", 32, 768) and tx.tf32x3_auto("float16", 64, 768)
+    with tuned(tx, half_toeplitz="tf32x3"):
+        assert tx._toeplitz_auto("bfloat16", 32, 768) == "tf32x3"
     with tuned(tx, tiled_cost=(("b32", 1.0), ("b8", 0.5), ("b2", 1.2))):
         assert tx.choose_tiled("float32", 8) == "b8"
     assert tx.tf32x3_auto("float32", 32, 768) and tx.choose_tiled("float32", 8) == "b2"
@@ -281,7 +320,7 @@ def test_every_declared_instance_is_launched_by_a_variant(offline):
                     except ValueError:
                         pass
     assert planned == set(tx.SOURCE.names)
-    assert len(tx.SOURCE.names) == 79
+    assert len(tx.SOURCE.names) == 91
 
 
 def test_planned_launches(offline):
@@ -311,20 +350,39 @@ def test_planned_launches(offline):
         "timex_tf32x3f<Product::grad_k, Diagonal::skip_zero_tiles>")
     half_fwd = record_forward("auto", "bfloat16", (32, 4, 768))
     (name, grid, block, args, smem), = half_fwd.launches
-    assert name == "timex_tf32x3f<Product::forward, Diagonal::skip_zero_tiles, bfloat16>"
+    assert name == "timex_mma16<Product::forward, bfloat16, Loads::vec8>"
     assert grid == (4, 3, 1) and block == 128 and smem == 0 and args[6] == 0.5
     half_bw = record_backward("auto", "float16", (32, 4, 768))
-    assert names(half_bw) == ["timex_tf32x3f<Product::grad_k, Diagonal::skip_zero_tiles, half>",
-                              "timex_grad_w_frag<2, Loads::vec2, half>", "timex_grad_w_bands<half>"]
+    assert names(half_bw) == ["timex_mma16<Product::grad_k, half, Loads::vec8>",
+                              "timex_grad_w_mma16<half, Loads::vec8>", "timex_grad_w_bands<half>"]
     assert len(half_bw.workspaces) == 1 and half_bw.workspaces[0].nbytes == 4 * 12 * 128 * 4  # float32 bands
-    # past float32's T bound and on odd rows: still the tensor cores (scalar loads for grad_w)
+    assert half_bw.launches[1][1] == 4 * 6 and half_bw.launches[1][3][6] is half_bw.workspaces[0]
+    # past float32's T bound and on odd rows: still the tensor cores (scalar loads)
     assert names(record_backward("auto", "bfloat16", (12, 2, 4097), align=2)) == [
-        "timex_tf32x3f<Product::grad_k, Diagonal::skip_zero_tiles, bfloat16>",
-        "timex_grad_w_frag<2, Loads::scalar, bfloat16>", "timex_grad_w_bands<bfloat16>"]
+        "timex_mma16<Product::grad_k, bfloat16, Loads::scalar>",
+        "timex_grad_w_mma16<bfloat16, Loads::scalar>", "timex_grad_w_bands<bfloat16>"]
+    # the one-pass TF32 backward stays a variant; tuning sends auto's half types back to it
+    assert names(record_backward("tf32x3", "float16", (32, 4, 768))) == [
+        "timex_tf32x3f<Product::grad_k, Diagonal::skip_zero_tiles, half>",
+        "timex_grad_w_frag<2, Loads::vec2, half>", "timex_grad_w_bands<half>"]
+    from cupy_kernels._runtime.tuning import tuned
+
+    with tuned(tx, half_toeplitz="tf32x3", half_grad_w="tf32x3"):
+        assert names(record_backward("auto", "float16", (32, 4, 768))) == names(
+            record_backward("tf32x3", "float16", (32, 4, 768)))
+    # 16-byte loads need T, the strides and the pointer on 8-element boundaries
+    assert names(record_forward("mma16", "float16", (32, 4, 772)))[0].endswith("Loads::scalar>")
+    assert names(record_forward("mma16", "float16", (32, 4, 768), align=8))[0].endswith("Loads::scalar>")
+    assert names(record_forward("mma16", "float16", (32, 4, 768), align=16))[0].endswith("Loads::vec8>")
+    assert names(record_forward("mma16", "float16", (32, 4, 768), strides=(4 * 768 + 4, 768)))[0].endswith(
+        "Loads::scalar>")
+    # the one-pass TF32 kernel stays a variant of the half types
+    assert names(record_forward("tf32x3", "bfloat16", (32, 4, 768))) == [
+        "timex_tf32x3f<Product::forward, Diagonal::skip_zero_tiles, bfloat16>"]
     # below the batch threshold: the SIMT tile for forward and grad_k, grad_w on the tensor cores at any B
     assert names(record_backward("auto", "float16", (8, 4, 768))) == [
         "timex_tiled<half, TiledTile<2, 8, 1>, Product::grad_k, Loads::vec4>",
-        "timex_grad_w_frag<2, Loads::vec2, half>", "timex_grad_w_bands<half>"]
+        "timex_grad_w_mma16<half, Loads::vec8>", "timex_grad_w_bands<half>"]
     assert names(record_forward("tf32x3_scalar", "float16", (2, 1, 8))) == ["timex_tf32x3<Product::forward, half>"]
     # rows not on 4-element boundaries: scalar loads (pointer, or a batch stride)
     assert names(record_forward("auto", "float32", (1, 64, 64), align=4))[0].endswith("Loads::scalar>")
@@ -348,6 +406,11 @@ def test_variants_outside_their_limits_raise(offline):
             record_forward(variant, dtype, shape)
     with pytest.raises(ValueError, match="variant 'tf32x3' .* takes float32, float16, bfloat16; got float64"):
         record_backward("tf32x3", "float64", (2, 1, 8))
+    for dtype in ("float32", "float64"):
+        with pytest.raises(ValueError, match="variant 'mma16' .* takes float16, bfloat16; got " + dtype):
+            record_forward("mma16", dtype, (2, 1, 8))
+        with pytest.raises(ValueError, match="variant 'mma16' .* takes float16, bfloat16; got " + dtype):
+            record_backward("mma16", dtype, (2, 1, 8))
     with pytest.raises(ValueError, match="beyond this kernel's grid"):
         record_forward("tiled_b2", "float32", (65536 * 2 + 1, 1, 8))
 
@@ -769,6 +832,57 @@ def test_toeplitz_tf32x3_kernels_both_directions(variant, dtype):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", tx.MMA16_DTYPES)
+@pytest.mark.parametrize("vec", [False, True])
+def test_mma16_kernel_both_directions(vec, dtype):
+    """timex_mma16 (forward and grad_k), scalar and 16-byte loads, on fresh inputs against float64: odd B and T,
+    B past the 32-row tile and not a multiple of it, T past the 256 tile, T under one 64-u chunk, a batch stride
+    past C * T; outputs NaN-poisoned; within one rounding to the dtype; bit-identical on a second run."""
+    r = rng()
+    shapes = [(32, 3, 768), (33, 2, 1000), (64, 1, 256), (35, 4, 512), (2, 3, 8), (40, 2, 2048), (17, 2, 136)]
+    if not vec:  # odd T, T = 1, T not a multiple of 8
+        shapes += [(1, 1, 1), (2, 3, 5), (33, 5, 127), (17, 2, 1001), (3, 2, 2047), (35, 4, 513), (32, 1, 770)]
+    for B, C, T in shapes:
+        pad = 8 * (B % 2)  # a batch stride of C*T + 8 (still 16-byte rows) on odd B
+        w, k = r.standard_normal((C, T)) / np.sqrt(T), r.standard_normal((B, C * T + pad))
+        wd, kd = cupy_array(w, dtype), cupy_array(k, dtype)
+        w = rounded(w, dtype)
+        k = rounded(k, dtype)[:, :C * T].reshape(B, C, T)
+        refs = (tx.reference(w, k, 0.5), tx.reference_backward(w, np.zeros_like(k), k)[1])
+        for rev, ref in zip((False, True), refs):
+            eps = 0.0 if rev else 0.5
+            runs = []
+            for _ in range(2):
+                out = cupy_array(np.full((B, C, T), np.nan), dtype)
+                plan = run_plan(lambda b, wb, kb, ob: tx.plan_toeplitz_mma16(b, dtype, rev, wb, T, kb, (C * T + pad, T),
+                                                                             ob, eps, B, C, T, vec=vec), (wd, kd, out))
+                runs.append(to_f64(out))
+            assert plan.kernels == (tx._mma16_name(rev, dtype, vec),)
+            check_half_exact(runs[0], ref, dtype, rel_err(runs[0], ref), f"mma16 vec={vec} rev={rev} {(B, C, T)}")
+            assert np.array_equal(runs[0], runs[1]), (vec, rev, B, C, T, "not deterministic")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", tx.MMA16_DTYPES)
+@pytest.mark.parametrize("shape", [(2, 3, 5), (33, 3, 300), (12, 2, 768), (3, 2, 1025)])
+def test_mma16_variant(shape, dtype, poison):
+    """variant='mma16' through the public calls (below auto's batch threshold too): forward and backward."""
+    from conftest import kernels_of
+
+    B, C, T = shape
+    r = rng()
+    wd, kd, gd, w, k, g = make(shape, dtype, r)
+    out, used = kernels_of(tx.SOURCE, lambda: ck.timex(wd, kd, 0.75, variant="mma16"))
+    assert used == {tx._mma16_name(False, dtype, T % 8 == 0)}, used
+    ref = tx.reference(w, k, 0.75)
+    check_half_exact(out, ref, dtype, rel_err(out, ref), f"mma16 out {shape}")
+    gw, gk = ck.timex_backward(wd, kd, gd, variant="mma16")
+    rgw, rgk = tx.reference_backward(w, k, g)
+    check_half_exact(gw, rgw, dtype, grad_err(gw, rgw, w, k, g, 0), f"mma16 grad_w {shape}")
+    check_half_exact(gk, rgk, dtype, grad_err(gk, rgk, w, k, g, 1), f"mma16 grad_k {shape}")
+
+
+@gpu
 @pytest.mark.parametrize("shape", [(32, 2, 768), (33, 3, 1000), (40, 17, 1024), (16, 3, 257), (32, 2, 1023),
                                    (64, 1, 1), (35, 3, 65), (16, 2, 7), (1, 1, 1), (3, 2, 2047), (31, 2, 2048),
                                    (12, 3, 768), (13, 2, 129), (70, 2, 192)])
@@ -785,8 +899,8 @@ def test_auto_tf32x3_keeps_float32_accuracy(shape, poison):
                                    (12, 2, 2048), (16, 1, 4096)])
 def test_half_types_take_the_tensor_cores_exactly(shape, dtype, poison):
     """float16 / bfloat16 where 'auto' takes the tensor cores (odd B and T, T not a multiple of 256, T past
-    float32's bound): the kernels launched are the single-pass TF32 ones, and out, grad_k and grad_w are the
-    float64 reference's up to the one rounding to the dtype."""
+    float32's bound): the mma16 kernels (forward, grad_k, grad_w's bands), and out, grad_k and grad_w are the float64
+    reference's up to the one rounding to the dtype."""
     from conftest import kernels_of
 
     B, C, T = shape
@@ -795,11 +909,11 @@ def test_half_types_take_the_tensor_cores_exactly(shape, dtype, poison):
     wd, kd, gd, w, k, g = make(shape, dtype, r)
     eps = float(r.standard_normal())
     out, used = kernels_of(tx.SOURCE, lambda: ck.timex(wd, kd, eps))
-    assert used == {tx._toeplitz_name("skip_zero_tiles", False, dtype)}, used
+    assert used == {tx._mma16_name(False, dtype, T % 8 == 0)}, used
     ref = tx.reference(w, k, eps)
     check_half_exact(out, ref, dtype, rel_err(out, ref), f"out {shape}")
     (gw, gk), used = kernels_of(tx.SOURCE, lambda: ck.timex_backward(wd, kd, gd))
-    assert used == {tx._toeplitz_name("skip_zero_tiles", True, dtype), tx._grad_w_bands_name(T % 2 == 0, dtype),
+    assert used == {tx._mma16_name(True, dtype, T % 8 == 0), tx._grad_w_mma16_name(dtype, T % 8 == 0),
                     tx._band_combine_name(dtype)}, used
     rgw, rgk = tx.reference_backward(w, k, g)
     check_half_exact(gw, rgw, dtype, grad_err(gw, rgw, w, k, g, 0), f"grad_w {shape}")
@@ -825,11 +939,11 @@ def test_half_types_tensor_cores_on_strided_inputs(dtype, poison):
     assert [tx._row_layout(CUPY, x, dtype)[:2] for x in (wd, kd, gd)] == [
         (False, (1000, 1)), (False, (T, B * T, 1)), (False, (C * (T + 5), T + 5, 1))]
     out, used = kernels_of(tx.SOURCE, lambda: ck.timex(wd, kd, 0.25))
-    assert used == {tx._toeplitz_name("skip_zero_tiles", False, dtype)}, used
+    assert used == {tx._mma16_name(False, dtype, False)}, used  # T = 700: scalar loads
     ref = tx.reference(w, k, 0.25)
     check_half_exact(out, ref, dtype, rel_err(out, ref), "strided out")
     (gw, gk), used = kernels_of(tx.SOURCE, lambda: ck.timex_backward(wd, kd, gd))
-    assert used == {tx._toeplitz_name("skip_zero_tiles", True, dtype), tx._grad_w_bands_name(False, dtype),
+    assert used == {tx._mma16_name(True, dtype, False), tx._grad_w_mma16_name(dtype, False),
                     tx._band_combine_name(dtype)}, used
     rgw, rgk = tx.reference_backward(w, k, g)
     check_half_exact(gw, rgw, dtype, grad_err(gw, rgw, w, k, g, 0), "strided grad_w")
@@ -865,6 +979,35 @@ def test_grad_w_tf32x3_loads(vec, dtype):
             assert err <= TF32X3_TOL, (vec, B, C, T, err)
         else:
             check_half_exact(runs[0], ref, dtype, err, f"grad_w vec={vec} {(B, C, T)}")
+        assert np.array_equal(runs[0], runs[1]), (vec, B, C, T, "not deterministic")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", tx.MMA16_DTYPES)
+@pytest.mark.parametrize("vec", [False, True])
+def test_grad_w_mma16_loads(vec, dtype):
+    """timex_grad_w_mma16 (bands, then their combine), scalar and 16-byte loads, batch strides past C * T; workspace
+    (0xff bytes) and output NaN-poisoned; within one rounding to the dtype; bit-identical on a second run."""
+    r = rng()
+    shapes = [(1, 1, 8), (9, 2, 136), (17, 3, 1000), (32, 2, 768), (3, 1, 5000), (2, 18, 64), (64, 2, 256),
+              (40, 1, 200), (33, 2, 72)]
+    if not vec:  # odd T, T = 1, fewer K rows than a chunk
+        shapes += [(5, 2, 131), (1, 3, 1), (40, 1, 3), (2, 17, 701), (35, 2, 129)]
+    for B, C, T in shapes:
+        pad = 8 * (B % 2)
+        k, g = r.standard_normal((B, C * T + pad)), r.standard_normal((B, C * T + pad))
+        kd, gd = cupy_array(k, dtype), cupy_array(g, dtype)
+        k, g = (rounded(x, dtype)[:, :C * T].reshape(B, C, T) for x in (k, g))
+        runs = []
+        for _ in range(2):
+            gw = cupy_array(np.full((C, T), np.nan), dtype)
+            st = (C * T + pad, T)
+            plan = run_plan(lambda b, kb, gb, gwb: tx.plan_grad_w_mma16(b, dtype, kb, st, gb, st, gwb, B, C, T,
+                                                                        vec=vec), (kd, gd, gw))
+            runs.append(to_f64(gw))
+        assert plan.kernels == (tx._grad_w_mma16_name(dtype, vec), tx._band_combine_name(dtype))
+        ref = tx.reference_backward(np.zeros((C, T)), k, g)[0]
+        check_half_exact(runs[0], ref, dtype, rel_err(runs[0], ref), f"grad_w mma16 vec={vec} {(B, C, T)}")
         assert np.array_equal(runs[0], runs[1]), (vec, B, C, T, "not deterministic")
 
 

@@ -2,9 +2,9 @@
 
 Each function follows its kernel's staging (shared-memory layout, zero fill), per-thread or per-lane
 register tiles, warp skips and stores line by line, with the arithmetic done exactly, so a CPU test can
-check the tiling, the Toeplitz tap windows, the time reversal and the mma.m16n8k8 fragment maps against
-the float64 reference without a GPU. It checks the design of the indexing, not the CUDA code itself (the
-GPU tests do that); keep the two in step when a kernel changes."""
+check the tiling, the Toeplitz tap windows, the time reversal and the mma fragment maps (m16n8k8 TF32;
+m16n8k16 on 16-bit operands, with ldmatrix) against the float64 reference without a GPU. It checks the design
+of the indexing, not the CUDA code itself (the GPU tests do that); keep the two in step when a kernel changes."""
 from __future__ import annotations
 
 import numpy as np
@@ -221,6 +221,128 @@ def tf32x3f(w, k, eps, REV, TRI=False):
     return _toeplitz_grid(k, eps, REV, chunk)
 
 
+def _mma16(acc, a, b):
+    """mma.m16n8k16 .row.col f32.bf16 / f16: acc[32][4] += A(a[32][4][2]) @ B(b[32][2][2]), PTX's fragment maps
+    (register r of a lane holds two elements, [0] the low half: the lower column of A, the lower row k of B)."""
+    A, Bm, Cm = np.zeros((16, 16)), np.zeros((16, 8)), np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        for h in range(2):
+            A[g, 2 * t + h], A[g + 8, 2 * t + h] = a[lane][0][h], a[lane][1][h]
+            A[g, 2 * t + 8 + h], A[g + 8, 2 * t + 8 + h] = a[lane][2][h], a[lane][3][h]
+            Bm[2 * t + h, g], Bm[2 * t + 8 + h, g] = b[lane][0][h], b[lane][1][h]
+        Cm[g, 2 * t], Cm[g, 2 * t + 1], Cm[g + 8, 2 * t], Cm[g + 8, 2 * t + 1] = acc[lane]
+    Cm += A @ Bm
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        acc[lane] = [Cm[g, 2 * t], Cm[g, 2 * t + 1], Cm[g + 8, 2 * t], Cm[g + 8, 2 * t + 1]]
+
+
+def _ldmatrix_x4(smem, addr):
+    """ldmatrix.x4 .b16: addr[lane] the element offset of the row lane gives (matrix lane/8, row lane%8);
+    returns [lane][register i][2]: row l/4, elements 2(l%4), +1 of matrix i."""
+    rows = [smem[addr[lane]:addr[lane] + 8] for lane in range(32)]
+    return [[rows[8 * i + (l >> 2)][2 * (l & 3):2 * (l & 3) + 2] for i in range(4)] for l in range(32)]
+
+
+def mma16(w, k, eps, REV, vec=False):
+    """timex_mma16<Product, E, Loads>: [b][u] k tile of rows 72 staged by 8-element pieces (vec: one 16-byte
+    load, reversed for grad_k; else 8 scalars), A fragments by ldmatrix.x4, the tap-pair windows in a ring of 512
+    pairs stored twice (the first window filled whole, then 64 new pairs a chunk, written here before the chunk
+    before reads them, as a fast warp may), warp w on slice w, 64-u chunks with the diagonal chunk's tiles j < 2s
+    skipped, m16n8k16 fragment maps, the epilogue's 16-byte stores through shared memory when T % 8 == 0."""
+    B, C, T = k.shape
+    BM, TN, KU, KS = 32, 256, 64, 72
+    QOFF, NQ, RING = KU - 10, TN + KU - 10, 512
+    assert not vec or T % 8 == 0
+    tap = lambda c, d: w[c, T - 1 - d] if 0 <= d < T else 0.0
+    pair = lambda c, d: [[tap(c, d), tap(c, d - 1)], [tap(c, d - 8), tap(c, d - 9)]]  # noqa: E731
+
+    def ring_stage(ring, c, t0, u0):
+        """Chunk u0's 64 new pairs: thread x stores pair d = t0 - u0 - QOFF + x % 64 in copy x / 64."""
+        for x in range(128):
+            d = t0 - u0 + (x & 63) - QOFF
+            ring[(d & (RING - 1)) + (x >> 6) * RING] = pair(c, d)
+
+    def chunk(c, t0, b0, u0, acc, ring):
+        ka = np.full(BM * KS, np.nan)  # padding stays NaN: a read of it poisons the sums
+        for x in range(128):
+            pr, pu = x >> 3, 8 * (x & 7)
+            for q in range(BM * KU // 8 // 128):
+                b, u = b0 + pr + 16 * q, u0 + pu
+                if vec:
+                    piece = np.zeros(8)
+                    if b < B and u < T:
+                        piece = k[b, c, T - 8 - u:T - u][::-1] if REV else k[b, c, u:u + 8]
+                else:
+                    piece = [k[b, c, T - 1 - u - e if REV else u + e] if (b < B and u + e < T) else 0.0
+                             for e in range(8)]
+                ka[(pr + 16 * q) * KS + pu:][:8] = piece
+        tq = ring[((t0 - u0 - QOFF) & (RING - 1)):]  # the window: pair i at its start + i
+        for warp in range(4):
+            ts = t0 + warp * 64
+            if not (ts < T and u0 <= ts):
+                continue
+            diag = u0 == ts
+            for s in range(4):
+                bfr = {}
+                for m in range(0 if diag else -6, 8):
+                    bfr[m] = [tq[warp * 64 + (l >> 2) - 2 * (l & 3) + QOFF + 8 * m] for l in range(32)]
+                for mt in range(2):
+                    addr = [((l & 7) + 8 * ((l >> 3) & 1)) * KS + 8 * (l >> 4) + 16 * KS * mt + 16 * s
+                            for l in range(32)]
+                    afr = _ldmatrix_x4(ka, addr)
+                    for j in range(2 * s if diag else 0, 8):
+                        _mma16(acc[warp, :, mt, j], afr, bfr[j - 2 * s])
+
+    B_, C_, T_ = k.shape
+    out = np.full((B_, C_, T_), np.nan)
+    gy, gz = -(-T // TN), -(-B // BM)
+    for c in range(C):
+        for by in range(gy):
+            for bz in range(gz):
+                t0, b0 = (gy - 1 - by) * TN, bz * BM
+                acc = np.zeros((4, 32, 2, 8, 4))
+                ring = np.full((2 * RING, 2, 2), np.nan)
+                nchunks = (min(t0 + TN, T) + KU - 1) // KU
+                ring_stage(ring, c, t0, 0)
+                for x in range(128):  # the rest of the first window, both copies
+                    for i in range(KU + x, NQ, 128):
+                        d = t0 - QOFF + i
+                        ring[d & (RING - 1)] = ring[(d & (RING - 1)) + RING] = pair(c, d)
+                for ch in range(nchunks):
+                    if ch + 1 < nchunks:
+                        ring_stage(ring, c, t0, (ch + 1) * KU)
+                    chunk(c, t0, b0, ch * KU, acc, ring)
+                (_store16 if T % 8 == 0 else _store)(out, acc, b0, t0, c, eps, REV)
+    return out
+
+
+def _store16(out, acc, b0, t0, c, eps, REV, KS=72):
+    """timex_mma16's epilogue for T % 8 == 0: each warp's m-tile (16 rows x 64 t) to a shared tile of rows KS by
+    the fragments' pairs, then 8-element pieces (lane: row 4 it + lane/8, piece lane%8) to out, reversed for grad_k."""
+    B, C, T = out.shape
+    for warp in range(4):
+        ts = t0 + 64 * warp
+        for mt in range(2):
+            tile = np.full(16 * KS, np.nan)
+            for lane in range(32):
+                grp, tig = lane >> 2, lane & 3
+                for j in range(8):
+                    tile[grp * KS + 8 * j + 2 * tig:][:2] = acc[warp, lane, mt, j, 0:2] + eps
+                    tile[(grp + 8) * KS + 8 * j + 2 * tig:][:2] = acc[warp, lane, mt, j, 2:4] + eps
+            for it in range(4):
+                for lane in range(32):
+                    r, t = 4 * it + (lane >> 3), ts + 8 * (lane & 7)
+                    b = b0 + 16 * mt + r
+                    v = tile[r * KS + 8 * (lane & 7):][:8]
+                    if b < B and t < T:
+                        if REV:
+                            out[b, c, T - 8 - t:T - t] = v[::-1]
+                        else:
+                            out[b, c, t:t + 8] = v
+
+
 def _store(out, acc, b0, t0, c, eps, REV):
     """The Toeplitz kernels' epilogue: acc[slice][lane][mt][j][x] to out (bounds-checked)."""
     B, C, T = out.shape
@@ -307,6 +429,90 @@ def grad_w_frag(k, g, NB=2, group=16):
                             i = 16 * (2 * wm + mt) + 2 * grp + (x >> 1)
                             j = 32 * NB * wn + 16 * (n // 2) + 4 * tig + 2 * (x & 1) + n % 2
                             at[(j // TB) * TB * SE + i * SE + j % TB] = acc[warp, lane, mt, n, x]
+        for tid in range(2 * TB - 1):
+            e = tid - (TB - 1)
+            for bb in range(NB):
+                if band0 + bb < nt:
+                    ws[c, band0 + bb, tid] = sum(at[bb * TB * SE + i * SE + i + e]
+                                                 for i in range(max(0, -e), min(TB, TB - e)))
+    return _combine_bands(ws, C, T, TB, nt)
+
+
+def _ldmatrix_x4_trans(smem, addr):
+    """ldmatrix.x4.trans .b16: as _ldmatrix_x4, but register i of lane l holds (row 2(l%4), column l/4) and
+    (row 2(l%4)+1, column l/4) of matrix i."""
+    rows = [smem[addr[lane]:addr[lane] + 8] for lane in range(32)]
+    return [[[rows[8 * i + 2 * (l & 3) + h][l >> 2] for h in range(2)] for i in range(4)] for l in range(32)]
+
+
+def grad_w_mma16(k, g, vec=False, group=16):
+    """timex_grad_w_mma16<E, Loads> + timex_grad_w_bands: two bands a block, K rows staged as in global memory
+    (thread x: row x/4, its (b, p) counter; k at 16(x%4).., g at 32(x%4)..), A and B fragments by ldmatrix.x4.trans,
+    m16n8k16 fragment maps, the diagonal sums into the workspace, the two-band combine."""
+    B, C, T = k.shape
+    TB, KC, SE, NB = 64, 32, 65, 2
+    SA, SB = TB + 8, NB * TB + 8
+    assert not vec or T % 8 == 0
+    nt = -(-T // TB)
+    npair = -(-nt // NB)
+    ws = np.full((C, nt, 2 * TB), np.nan)
+    for bid in range(C * npair):
+        grp_ = bid // (group * npair)
+        gsz = min(group, C - grp_ * group)
+        r_in = bid - grp_ * group * npair
+        c, band0 = grp_ * group + r_in % gsz, (r_in // gsz) * NB
+        np_ = nt - band0
+        glim = T - band0 * TB
+        nchunks = -(-(B * np_) // KC)
+        ctr = {tid: [(tid >> 2) // np_, (tid >> 2) % np_] for tid in range(THREADS)}
+        acc = np.zeros((4, 32, 2, 8, 4))
+
+        def load8(row, t, lim):  # row(t) for t < lim, else 0; vec: the piece wholly in or out
+            if vec:
+                return [row(t + e) for e in range(8)] if t < lim else [0.0] * 8
+            return [row(t + e) if t + e < lim else 0.0 for e in range(8)]
+
+        for ch in range(nchunks):
+            sa, sg = np.full(KC * SA, np.nan), np.full(KC * SB, np.nan)
+            for tid in range(THREADS):
+                sr, sq = tid >> 2, tid & 3
+                b, p = ctr[tid]
+                ok = b < B
+                klim, gl = (T - p * TB, glim - p * TB) if ok else (0, 0)
+                krow = lambda t, b=b, p=p: k[b, c, p * TB + t]  # noqa: E731
+                grow = lambda t, b=b, p=p: g[b, c, band0 * TB + p * TB + t]  # noqa: E731
+                for s_ in range(2):
+                    o = sr * SA + 16 * sq + 8 * s_
+                    sa[o:o + 8] = load8(krow, 16 * sq + 8 * s_, klim)
+                for s_ in range(4):
+                    o = sr * SB + 32 * sq + 8 * s_
+                    sg[o:o + 8] = load8(grow, 32 * sq + 8 * s_, gl)
+                p += KC
+                if p >= np_:
+                    b, p = b + p // np_, p % np_
+                ctr[tid] = [b, p]
+            for warp in range(4):
+                wm, wn = warp >> 1, warp & 1
+                arow = [((l & 7) + 8 * (l >> 4)) * SA + 32 * wm + 8 * ((l >> 3) & 1) for l in range(32)]
+                brow = [((l & 7) + 8 * ((l >> 3) & 1)) * SB + 64 * wn + 8 * (l >> 4) for l in range(32)]
+                for st in range(KC // 16):
+                    af = [_ldmatrix_x4_trans(sa, [a + 16 * st * SA + 16 * mt for a in arow]) for mt in range(2)]
+                    bf = [_ldmatrix_x4_trans(sg, [a + 16 * st * SB + 16 * p for a in brow]) for p in range(4)]
+                    for mt in range(2):
+                        for n in range(8):
+                            bn = [[bf[n // 2][l][2 * (n % 2)], bf[n // 2][l][2 * (n % 2) + 1]] for l in range(32)]
+                            _mma16(acc[warp, :, mt, n], af[mt], bn)
+        at = np.full(NB * TB * SE, np.nan)
+        for warp in range(4):
+            wm, wn = warp >> 1, warp & 1
+            for lane in range(32):
+                grp, tig = lane >> 2, lane & 3
+                for mt in range(2):
+                    for n in range(8):
+                        for x in range(4):
+                            i = 32 * wm + 16 * mt + grp + 8 * (x >> 1)
+                            j = 8 * n + 2 * tig + (x & 1)
+                            at[wn * TB * SE + i * SE + j] = acc[warp, lane, mt, n, x]
         for tid in range(2 * TB - 1):
             e = tid - (TB - 1)
             for bb in range(NB):

@@ -66,7 +66,7 @@ def _auto_note(B, T):
 @suite("timex")
 def timex_suite(quick: bool):
     import cupy_kernels as ck
-    from ..ops.timex import LADDER, choose_tiled
+    from ..ops.timex import LADDER, _toeplitz_auto, choose_tiled
 
     B, T = 32, 768
     fmas = B * C * T * (T + 1) // 2
@@ -102,10 +102,13 @@ def timex_suite(quick: bool):
         for dtype in ("bfloat16", "float16"):
             wh, kh, gh, whc, khc, ghc = _inputs(B, T, dtype)
             yield Group("timex forward", shape, dtype,
-                        {"cupy_kernels": lambda: ck.timex(whc, khc), "torch conv1d": lambda: _torch_forward(wh, kh)},
-                        bytes=nbytes // 2, flops=2 * fmas)
+                        {"cupy_kernels": lambda: ck.timex(whc, khc),
+                         "tf32x3 (one TF32 pass)": lambda: ck.timex(whc, khc, variant="tf32x3"),
+                         "torch conv1d": lambda: _torch_forward(wh, kh)},
+                        bytes=nbytes // 2, flops=2 * fmas, note=f"auto: {_toeplitz_auto(dtype, B, T)}")
             yield Group("timex forward+backward", shape, dtype,
                         {"cupy_kernels (torch autograd)": lambda: _ours_fwd_bwd(wh, kh, gh),
+                         "tf32x3 (torch autograd)": lambda: _ours_fwd_bwd(wh, kh, gh, "tf32x3"),
                          "torch conv1d (autograd)": lambda: _torch_fwd_bwd(wh, kh, gh)},
                         bytes=4 * (4 * B * C * T + 2 * C * T) // 2, flops=6 * fmas)
             del wh, kh, gh, whc, khc, ghc

@@ -30,18 +30,21 @@ TF32X3_TILE = (32, 256)      # rows b, times t a block of the Toeplitz tensor-co
 BAND = 64                    # TXB in timex.cu: the band tile of the tensor-core grad_w
 GRAD_W_BANDS = 2             # bands a block of timex_grad_w_frag (NB)
 
-VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "tf32x3", "tf32x3_full", "tf32x3_scalar", "naive",
-            "shared", "float4", "batch8", "balanced")
+VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "mma16", "tf32x3", "tf32x3_full", "tf32x3_scalar",
+            "naive", "shared", "float4", "batch8", "balanced")
 LADDER = ("naive", "shared", "float4", "batch8", "balanced")  # the original article's rungs, in order
 LADDER_KERNELS = {"shared": "timex_shared", "float4": "timex_float4", "batch8": "timex_batch8",
                   "balanced": "timex_balanced"}  # float32 only; preconditions in ladder_preconditions
-BACKWARD_VARIANTS = ("auto", "tiled", "tf32x3", "naive")
+BACKWARD_VARIANTS = ("auto", "tiled", "mma16", "tf32x3", "naive")
 # The Toeplitz tensor-core kernel of each tf32x3 variant: tf32x3 skips the diagonal chunks' all-zero MMA tiles;
 # tf32x3_full runs every tile; tf32x3_scalar is the first tensor-core rung (fragments gathered word by word).
 TOEPLITZ_TF32X3 = {"tf32x3": "skip_zero_tiles", "tf32x3_full": "every_tile", "tf32x3_scalar": "scalar"}
 # The tensor-core kernels' element types: float32 split in hi + lo (3 MMAs a product); a float16 or bfloat16 value
 # is exact in TF32 (one MMA, exact products). float64 has none (its variants: tiled, naive).
 TENSOR_CORE_DTYPES = ("float32", "float16", "bfloat16")
+# timex_mma16 (variant mma16): the Toeplitz product on m16n8k16 MMAs of 16-bit operands, the half types only.
+MMA16_DTYPES = ("float16", "bfloat16")
+MMA16_TILE = (32, 256)       # rows b, times t a block of timex_mma16
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,14 @@ class Tuning:
     # of the 3-MMA split, so float32 only: the half types' exact products take the band GEMMs at any B and T.
     tf32x3_grad_w_max_t: int = 2048
     tf32x3_grad_w_max_bt: int = 32 * 2048
+    # The Toeplitz kernel (forward, grad_k) 'auto' runs for float16 / bfloat16 where tf32x3_auto allows the tensor
+    # cores: "mma16" (m16n8k16 on 16-bit operands: half the MMAs and staging of the one-pass TF32 kernel,
+    # predicted ~2x faster, not yet measured) or "tf32x3" (one exact TF32 pass; 0.2065 ms forward at B=32
+    # C=768 T=768 bfloat16, H200, 72a42d9).
+    half_toeplitz: str = "mma16"
+    # ... and the grad_w kernel, at any B and T: "mma16" (timex_grad_w_mma16, the band GEMMs on m16n8k16 MMAs of
+    # 16-bit operands, not yet measured) or "tf32x3" (the one-pass TF32 bands, timex_grad_w_frag).
+    half_grad_w: str = "mma16"
 
 
 TUNING = Tuning()
@@ -119,6 +130,14 @@ def _toeplitz_name(kernel: str, rev: bool, dtype: str = "float32") -> str:
     return f"timex_tf32x3f<{_PRODUCT[rev]}, Diagonal::{kernel}{_element(dtype)}>"
 
 
+def _mma16_name(rev: bool, dtype: str, vec: bool) -> str:
+    return f"timex_mma16<{_PRODUCT[rev]}, {CTYPES[dtype]}, Loads::{'vec8' if vec else 'scalar'}>"
+
+
+def _grad_w_mma16_name(dtype: str, vec: bool) -> str:
+    return f"timex_grad_w_mma16<{CTYPES[dtype]}, Loads::{'vec8' if vec else 'scalar'}>"
+
+
 def _grad_w_bands_name(vec: bool, dtype: str = "float32") -> str:
     return f"timex_grad_w_frag<{GRAD_W_BANDS}, Loads::{'vec2' if vec else 'scalar'}{_element(dtype)}>"
 
@@ -138,6 +157,8 @@ def _declare():
         names += [_toeplitz_name("skip_zero_tiles", rev, dt) for rev in (False, True)]
         names += [_toeplitz_name("every_tile", False, dt), _toeplitz_name("scalar", False, dt)]
         names += [_grad_w_bands_name(vec, dt) for vec in (False, True)] + [_band_combine_name(dt)]
+    names += [_mma16_name(rev, dt, vec) for dt in MMA16_DTYPES for rev in (False, True) for vec in (False, True)]
+    names += [_grad_w_mma16_name(dt, vec) for dt in MMA16_DTYPES for vec in (False, True)]
     for dt in FLOAT_DTYPES:
         for tile in (("f64",) if dt == "float64" else dict(TUNING.tiled_tiles)):
             # b8 forward only: the backward of every SIMT variant takes choose_tiled's tile, never b8
@@ -208,11 +229,11 @@ def check_backward_variant(variant: str) -> None:
 
 
 def backward_variant(variant: str) -> str:
-    """The backward a forward variant's autograd uses: auto, naive and tf32x3 their own, tf32x3_full and
+    """The backward a forward variant's autograd uses: auto, naive, mma16 and tf32x3 their own, tf32x3_full and
     tf32x3_scalar the tf32x3 one, the other (SIMT) rungs the SIMT tiled kernels."""
     if variant in ("tf32x3_scalar", "tf32x3_full"):
         return "tf32x3"
-    return variant if variant in ("auto", "naive", "tf32x3") else "tiled"
+    return variant if variant in ("auto", "naive", "mma16", "tf32x3") else "tiled"
 
 
 BACKWARD_OF = {v: backward_variant(v) for v in VARIANTS}
@@ -279,6 +300,27 @@ def plan_toeplitz_tf32x3(b: PlanBuilder, dtype: str, kernel: str, rev: bool, w, 
               np.int32(T)))
 
 
+def plan_toeplitz_mma16(b: PlanBuilder, dtype: str, rev: bool, w, ldw, x, xs, out, eps, B, C, T, vec=None):
+    """The Toeplitz product of a half type on m16n8k16 MMAs (timex_mma16); vec: 16-byte loads of x (T, its
+    strides and pointer multiples of 8 elements)."""
+    bm, tn = MMA16_TILE
+    grid = (C, ceil_div(T, tn), ceil_div(B, bm))
+    if grid[1] > 65535 or grid[2] > 65535:
+        raise ValueError(f"timex: T = {T} or B = {B} is beyond this kernel's grid ({tn * 65535} / {bm * 65535})")
+    if vec is None:
+        vec = T % 8 == 0 and _packs_ok(x, xs, dtype, 8)
+    b.launch(SOURCE.kernel(_mma16_name(rev, dtype, vec)), grid, THREADS,
+             (w, np.int64(ldw), x, np.int64(xs[0]), np.int64(xs[1]), out, np.float64(eps), np.int32(B), np.int32(C),
+              np.int32(T)))
+
+
+def _toeplitz_auto(dtype: str, B: int, T: int) -> str:
+    """The variant 'auto' runs for a forward or grad_k: a tensor-core kernel where tf32x3_auto allows, else tiled."""
+    if not tf32x3_auto(dtype, B, T):
+        return "tiled"
+    return TUNING.half_toeplitz if dtype in MMA16_DTYPES else "tf32x3"
+
+
 def plan_ladder(b: PlanBuilder, rung: str, w, ldw, k, out, eps, B, C, T):
     """A rung of the original article's ladder (k C-contiguous); preconditions checked by the caller."""
     smem = (2 if rung in ("shared", "float4") else 9) * T * 4
@@ -321,16 +363,38 @@ def plan_grad_w_tf32x3(b: PlanBuilder, dtype: str, k, ks, g, gs, gw, B, C, T, ve
     plan_naive(b, _band_combine_name(dtype), C * T, (ws, gw, np.int32(C), np.int32(T)))
 
 
+def plan_grad_w_mma16(b: PlanBuilder, dtype: str, k, ks, g, gs, gw, B, C, T, vec=None):
+    """grad_w of a half type on m16n8k16 MMAs: timex_grad_w_mma16's band GEMMs (two bands a block) into the float32
+    workspace of timex_grad_w_frag, then the same combine (timex_grad_w_bands)."""
+    nt = ceil_div(T, BAND)
+    if not _band_grid_ok(B, C, T):
+        raise ValueError(f"timex_backward: C * ceil(T / {BAND}) and B * ceil(T / {BAND}) must be < 2**31 for "
+                         f"'mma16'; got B = {B}, C = {C}, T = {T}")
+    if vec is None:  # 16-byte loads
+        vec = T % 8 == 0 and _packs_ok(k, ks, dtype, 8) and _packs_ok(g, gs, dtype, 8)
+    ws = b.workspace(C * nt * 2 * BAND * 4)
+    b.launch(SOURCE.kernel(_grad_w_mma16_name(dtype, vec)), C * ceil_div(nt, 2), THREADS,
+             (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), ws, np.int32(B), np.int32(C),
+              np.int32(T)))
+    plan_naive(b, _band_combine_name(dtype), C * T, (ws, gw, np.int32(C), np.int32(T)))
+
+
 def _tensor_core_dtype(op: str, variant: str, dtype: str) -> None:
     if dtype not in TENSOR_CORE_DTYPES:
         raise ValueError(f"{op}: variant {variant!r} (TF32 tensor cores) takes {', '.join(TENSOR_CORE_DTYPES)}; "
                          f"got {dtype} (use 'tiled' or 'naive')")
 
 
+def _mma16_dtype(op: str, dtype: str) -> None:
+    if dtype not in MMA16_DTYPES:
+        raise ValueError(f"{op}: variant 'mma16' (16-bit tensor-core operands) takes {', '.join(MMA16_DTYPES)}; "
+                         f"got {dtype} (use 'tf32x3', 'tiled' or 'naive')")
+
+
 def plan_forward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, out, eps, B, C, T):
     """out <- timex(w, k) + eps by `variant` (validated: a ValueError names a variant outside its limits)."""
     if variant == "auto":
-        variant = "tf32x3" if tf32x3_auto(dtype, B, T) else "tiled"
+        variant = _toeplitz_auto(dtype, B, T)
     if variant == "tiled" or variant.startswith("tiled_"):
         tile = choose_tiled(dtype, B) if variant == "tiled" else variant[len("tiled_"):]
         if dtype == "float64" and variant != "tiled":
@@ -339,6 +403,9 @@ def plan_forward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, out, e
     elif variant in TOEPLITZ_TF32X3:
         _tensor_core_dtype("timex", variant, dtype)
         plan_toeplitz_tf32x3(b, dtype, TOEPLITZ_TF32X3[variant], False, w, ldw, k, ks, out, eps, B, C, T)
+    elif variant == "mma16":
+        _mma16_dtype("timex", dtype)
+        plan_toeplitz_mma16(b, dtype, False, w, ldw, k, ks, out, eps, B, C, T)
     elif variant == "naive":
         plan_naive(b, f"timex_naive<{CTYPES[dtype]}>", B * C * T,
                    (w, np.int64(ldw), k, np.int64(ks[0]), np.int64(ks[1]), out, np.float64(eps), np.int32(B),
@@ -353,7 +420,8 @@ def plan_forward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, out, e
 def plan_backward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, g, gs, gw, gk, B, C, T,
                   need_w: bool = True, need_k: bool = True):
     """gk <- grad_k (when need_k), gw <- grad_w (when need_w) by `variant`: one launch each on the SIMT
-    kernels, grad_w's bands and their combine on the tensor cores."""
+    kernels, grad_w's bands and their combine on the tensor cores (mma16: both on m16n8k16 MMAs of 16-bit
+    operands)."""
     if variant == "naive":
         if need_k:
             plan_naive(b, f"timex_naive_grad_k<{CTYPES[dtype]}>", B * C * T,
@@ -364,18 +432,27 @@ def plan_backward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, g, gs
                        (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), gw, np.int32(B),
                         np.int32(C), np.int32(T)))
         return
-    forced = variant == "tf32x3"
+    if variant == "mma16":
+        _mma16_dtype("timex_backward", dtype)
+    forced = variant in ("tf32x3", "mma16")
     if forced:
         _tensor_core_dtype("timex_backward", variant, dtype)
     # (grad_k's kernel could also do grad_w's band combine and save a launch: measured 1.7-2.1 us slower at
     # B=32 C=768 T=768, each block's serial prologue; H200, 1a4fcfc)
     if need_k:
-        if forced or (variant == "auto" and tf32x3_auto(dtype, B, T)):
+        kernel = _toeplitz_auto(dtype, B, T) if variant == "auto" else variant
+        if kernel == "mma16":
+            plan_toeplitz_mma16(b, dtype, True, w, ldw, g, gs, gk, 0.0, B, C, T)
+        elif kernel == "tf32x3":
             plan_toeplitz_tf32x3(b, dtype, TOEPLITZ_TF32X3["tf32x3"], True, w, ldw, g, gs, gk, 0.0, B, C, T)
         else:
             plan_tiled(b, dtype, choose_tiled(dtype, B), True, w, ldw, g, gs, gk, 0.0, B, C, T)
     if need_w:
-        if forced or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w")):
+        if variant == "auto" and dtype in MMA16_DTYPES and tf32x3_auto(dtype, B, T, "grad_w"):
+            variant = TUNING.half_grad_w
+        if variant == "mma16":
+            plan_grad_w_mma16(b, dtype, k, ks, g, gs, gw, B, C, T)
+        elif variant == "tf32x3" or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w")):
             plan_grad_w_tf32x3(b, dtype, k, ks, g, gs, gw, B, C, T)
         else:
             plan_grad_w(b, dtype, k, ks, g, gs, gw, B, C, T)
