@@ -1196,8 +1196,8 @@ def test_torch_autograd_half_types_on_the_tensor_cores(dtype):
         return (out,) + torch.autograd.grad(out, (w, k), g)
 
     (out, gw, gk), used = kernels_of(tx.SOURCE, step)
-    assert used == {tx._toeplitz_name("skip_zero_tiles", rev, dtype) for rev in (False, True)} | {
-        tx._grad_w_bands_name(True, dtype), tx._band_combine_name(dtype)}, used
+    assert used == {tx._mma16_name(rev, dtype, True) for rev in (False, True)} | {
+        tx._grad_w_mma16_name(dtype, True), tx._band_combine_name(dtype)}, used
     wh, kh, gh = (to_f64(x) for x in (w, k, g))
     ref = tx.reference(wh, kh, 0.25)
     check_half_exact(out, ref, dtype, rel_err(out, ref), "torch out")

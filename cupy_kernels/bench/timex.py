@@ -78,8 +78,8 @@ def timex_suite(quick: bool):
     impls["tiled b8 (small-batch shape)"] = lambda: ck.timex(wc, kc, variant="tiled_b8")
     impls[f"tiled {choose_tiled('float32', B)} (SIMT fp32)"] = lambda: ck.timex(wc, kc, variant="tiled")
     impls["tf32x3 (tensor cores)"] = lambda: ck.timex(wc, kc, variant="tf32x3")
-    impls["tf32x3_full (run-6 kernel: every MMA of the diagonal chunks)"] = lambda: ck.timex(wc, kc, variant="tf32x3_full")
-    impls["tf32x3_scalar (run-5 tensor-core kernel)"] = lambda: ck.timex(wc, kc, variant="tf32x3_scalar")
+    impls["tf32x3_full (every MMA of the diagonal chunks)"] = lambda: ck.timex(wc, kc, variant="tf32x3_full")
+    impls["tf32x3_scalar (fragments gathered word by word)"] = lambda: ck.timex(wc, kc, variant="tf32x3_scalar")
     impls["cupy_kernels via torch op"] = _no_grad(lambda: ck.timex(w, k))
     impls["torch conv1d"] = lambda: _torch_forward(w, k)
     yield Group("timex forward", shape, "float32", impls, bytes=nbytes, flops=2 * fmas,
