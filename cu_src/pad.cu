@@ -506,6 +506,15 @@ PAD_HD PadGather2 pad_gather2_sizes(long long A, long long nh, long long nw, lon
   return s;
 }
 
+// Quad t: its row of r (a, i) and its first column j0.
+PAD_HD void pad_gather2_quad_at(const PadGather2& S, long long nh, long long t, long long& row, long long& a,
+                                long long& i, long long& j0) {
+  long long k;
+  pad_divmod_inv(t, S.nq, S.inv_nq, row, k);
+  pad_divmod_inv(row, nh, S.inv_nh, a, i);
+  j0 = 4 * (S.qlo + k);
+}
+
 // One thread's quads t0 + u * threads, u < PAD_GATHER_QUADS (the kernel's first loop; the host harness runs it too).
 template <int FMODE, typename Tin, typename Tout>
 PAD_HD void pad_gather2_quad_step(const Tin* __restrict__ g, Tout* __restrict__ r, const PadGather2& S, long long outh,
@@ -520,11 +529,10 @@ PAD_HD void pad_gather2_quad_step(const Tin* __restrict__ g, Tout* __restrict__ 
   for (int u = 0; u < PAD_GATHER_QUADS; ++u) {
     const long long t = t0 + u * threads;
     if (t >= quads) break;
-    long long row, k, a, i;
-    pad_divmod_inv(t, S.nq, S.inv_nq, row, k);
-    pad_divmod_inv(row, nh, S.inv_nh, a, i);
+    long long row, a, i, j0;
+    pad_gather2_quad_at(S, nh, t, row, a, i, j0);
     const long long oh = i >= ilo && i < ihi ? before_h + i : pad_runs<FMODE>(i, nh, outh, before_h, fold).o0[0];
-    const Tin* src = g + (a * outh + oh) * outw + before_w + 4 * (S.qlo + k);
+    const Tin* src = g + (a * outh + oh) * outw + before_w + j0;
     if ((reinterpret_cast<unsigned long long>(src) & (sizeof(In4) - 1)) == 0) {
       const In4 x = *reinterpret_cast<const In4*>(src);
 #pragma unroll
@@ -538,10 +546,8 @@ PAD_HD void pad_gather2_quad_step(const Tin* __restrict__ g, Tout* __restrict__ 
   for (int u = 0; u < PAD_GATHER_QUADS; ++u) {
     const long long t = t0 + u * threads;
     if (t >= quads) break;
-    long long row, k, a, i;
-    pad_divmod_inv(t, S.nq, S.inv_nq, row, k);
-    pad_divmod_inv(row, nh, S.inv_nh, a, i);
-    const long long j0 = 4 * (S.qlo + k);
+    long long row, a, i, j0;
+    pad_gather2_quad_at(S, nh, t, row, a, i, j0);
     if (i < ilo || i >= ihi) {  // the row's further sources, in order (the first is in v)
       const PadRuns rows = pad_runs<FMODE>(i, nh, outh, before_h, fold);
       const Tin* src = g + a * outh * outw + before_w + j0;

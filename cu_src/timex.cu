@@ -1185,6 +1185,40 @@ timex_mma16(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
 
 // ---- grad_w on the tensor cores: diagonal bands (variant "tf32x3", all but float64; auto where faster) -
 constexpr int TXB = 64;  // band tile of the tensor-core grad_w
+
+// The band GEMMs' block (timex_grad_w_frag, timex_grad_w_mma16): channel c and first band band0 of this block
+// (channels in groups of TX_GROUP, each group's long bands first), and nt, the bands of T.
+template <int NB>
+__device__ __forceinline__ void timex_band_block(int C, int T, int& c, int& band0, int& nt) {
+  nt = (T + TXB - 1) / TXB;
+  const int npair = (nt + NB - 1) / NB;
+  const long long bid = blockIdx.x;
+  const long long group = bid / ((long long)TX_GROUP * npair);
+  const int gsz = (int)min((long long)TX_GROUP, C - group * TX_GROUP);
+  const int r_in = (int)(bid - group * TX_GROUP * npair);
+  c = (int)(group * TX_GROUP) + r_in % gsz;
+  band0 = (r_in / gsz) * NB;
+}
+
+// Their epilogue, once the block's NB 64 x 64 band tiles are in sm (pitch SE): thread x < 2 TXB - 1 sums diagonal
+// x - (TXB - 1) of each tile, in a fixed order, into ws.
+template <int NB, int SE>
+__device__ __forceinline__ void timex_band_diagonals(const float* sm, float* __restrict__ ws, int c, int band0, int nt) {
+  __syncthreads();
+  const int e = (int)threadIdx.x - (TXB - 1);
+  if (e < TXB) {
+    float s[NB];
+#pragma unroll
+    for (int bb = 0; bb < NB; ++bb) s[bb] = 0.f;
+    for (int i = max(0, -e); i < min(TXB, TXB - e); ++i)
+#pragma unroll
+      for (int bb = 0; bb < NB; ++bb) s[bb] += sm[bb * TXB * SE + i * SE + i + e];
+#pragma unroll
+    for (int bb = 0; bb < NB; ++bb)
+      if (band0 + bb < nt) ws[((long long)c * nt + band0 + bb) * (2 * TXB) + threadIdx.x] = s[bb];
+  }
+}
+
 // grad_f[c,d] = sum_b sum_t' k[b,t'] g[b,t'+d]. Cut t' = p0+i and t = p0+delta+j with p0, delta multiples of
 // 64 and i, j in [0,64): the band sum ACC[i,j] = sum_{b,p0} k[b,p0+i] g[b,p0+delta+j] is a plain 64 x 64
 // GEMM over K = (b, p0), and each pair (t', t >= t') falls in exactly one band, on the diagonal
@@ -1226,13 +1260,8 @@ timex_grad_w_frag(const E* __restrict__ k, long long ksb, long long ksc, const E
   float* const bhi = ahi + PARTS * KP * SA;
   float* const blo = bhi + KP * SB;
 
-  const int nt = (T + TXB - 1) / TXB, npair = (nt + NB - 1) / NB;
-  const long long bid = blockIdx.x;
-  const long long group = bid / ((long long)TX_GROUP * npair);
-  const int gsz = (int)min((long long)TX_GROUP, C - group * TX_GROUP);
-  const int r_in = (int)(bid - group * TX_GROUP * npair);
-  const int c = (int)(group * TX_GROUP) + r_in % gsz;
-  const int band0 = (r_in / gsz) * NB;             // the long bands first
+  int c, band0, nt;
+  timex_band_block<NB>(C, T, c, band0, nt);
   const int np = nt - band0;                       // tiles p with p*64 + delta0 < T
   const int nchunks = (B * np + KC - 1) / KC;
   const E* k0 = k + (long long)c * ksc;
@@ -1367,19 +1396,7 @@ timex_grad_w_frag(const E* __restrict__ k, long long ksb, long long ksc, const E
         const int j = 32 * NB * wn + 16 * (n / 2) + 4 * tig + 2 * (x & 1) + n % 2;
         sm[(j / TXB) * TXB * SE + i * SE + j % TXB] = acc[mt][n][x];
       }
-  __syncthreads();
-  const int e = (int)threadIdx.x - (TXB - 1);
-  if (e < TXB) {
-    float s[NB];
-#pragma unroll
-    for (int bb = 0; bb < NB; ++bb) s[bb] = 0.f;
-    for (int i = max(0, -e); i < min(TXB, TXB - e); ++i)
-#pragma unroll
-      for (int bb = 0; bb < NB; ++bb) s[bb] += sm[bb * TXB * SE + i * SE + i + e];
-#pragma unroll
-    for (int bb = 0; bb < NB; ++bb)
-      if (band0 + bb < nt) ws[((long long)c * nt + band0 + bb) * (2 * TXB) + threadIdx.x] = s[bb];
-  }
+  timex_band_diagonals<NB, SE>(sm, ws, c, band0, nt);
 }
 
 // ---- grad_w on 16-bit tensor-core operands (variant "mma16"; auto for float16 / bfloat16) ----------------
@@ -1408,13 +1425,8 @@ timex_grad_w_mma16(const E* __restrict__ k, long long ksb, long long ksc, const 
   unsigned short* const sg = sa + 2 * KC * SA;                         // [2][KC][SB]
   float* const sm = reinterpret_cast<float*>(smem);
 
-  const int nt = (T + TXB - 1) / TXB, npair = (nt + NB - 1) / NB;
-  const long long bid = blockIdx.x;
-  const long long group = bid / ((long long)TX_GROUP * npair);
-  const int gsz = (int)min((long long)TX_GROUP, C - group * TX_GROUP);
-  const int r_in = (int)(bid - group * TX_GROUP * npair);
-  const int c = (int)(group * TX_GROUP) + r_in % gsz;
-  const int band0 = (r_in / gsz) * NB;             // the long bands first
+  int c, band0, nt;
+  timex_band_block<NB>(C, T, c, band0, nt);
   const int np = nt - band0;                       // tiles p with p*64 + delta0 < T
   const int nchunks = (B * np + KC - 1) / KC;
   const unsigned short* k0 = reinterpret_cast<const unsigned short*>(k) + (long long)c * ksc;
@@ -1507,19 +1519,7 @@ timex_grad_w_mma16(const E* __restrict__ k, long long ksb, long long ksc, const 
         const int j = 8 * n + 2 * tig + (x & 1);  // in band wn
         sm[wn * TXB * SE + i * SE + j] = acc[mt][n][x];
       }
-  __syncthreads();
-  const int e = (int)threadIdx.x - (TXB - 1);
-  if (e < TXB) {
-    float s[NB];
-#pragma unroll
-    for (int bb = 0; bb < NB; ++bb) s[bb] = 0.f;
-    for (int i = max(0, -e); i < min(TXB, TXB - e); ++i)
-#pragma unroll
-      for (int bb = 0; bb < NB; ++bb) s[bb] += sm[bb * TXB * SE + i * SE + i + e];
-#pragma unroll
-    for (int bb = 0; bb < NB; ++bb)
-      if (band0 + bb < nt) ws[((long long)c * nt + band0 + bb) * (2 * TXB) + threadIdx.x] = s[bb];
-  }
+  timex_band_diagonals<NB, SE>(sm, ws, c, band0, nt);
 }
 
 // grad_w[c, T-1-d] for d = 64L + r: diagonal r of band L plus diagonal r - 64 of band L+1 (when r > 0), from

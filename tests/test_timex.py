@@ -969,7 +969,7 @@ def test_grad_w_tf32x3_loads(vec, dtype):
         for _ in range(2):
             gw = cupy_array(np.full((C, T), np.nan), dtype)
             st = (C * T, T)
-            plan = run_plan(lambda b, kb, gb, gwb: tx.plan_grad_w_tf32x3(b, dtype, kb, st, gb, st, gwb, B, C, T,
+            plan = run_plan(lambda b, kb, gb, gwb: tx.plan_grad_w_bands(b, dtype, kb, st, gb, st, gwb, B, C, T,
                                                                          vec=vec), (kd, gd, gw))
             runs.append(to_f64(gw))
         assert plan.kernels == (tx._grad_w_bands_name(vec, dtype), tx._band_combine_name(dtype))
@@ -1002,8 +1002,8 @@ def test_grad_w_mma16_loads(vec, dtype):
         for _ in range(2):
             gw = cupy_array(np.full((C, T), np.nan), dtype)
             st = (C * T + pad, T)
-            plan = run_plan(lambda b, kb, gb, gwb: tx.plan_grad_w_mma16(b, dtype, kb, st, gb, st, gwb, B, C, T,
-                                                                        vec=vec), (kd, gd, gw))
+            plan = run_plan(lambda b, kb, gb, gwb: tx.plan_grad_w_bands(b, dtype, kb, st, gb, st, gwb, B, C, T,
+                                                                        vec=vec, kernel="mma16"), (kd, gd, gw))
             runs.append(to_f64(gw))
         assert plan.kernels == (tx._grad_w_mma16_name(dtype, vec), tx._band_combine_name(dtype))
         ref = tx.reference_backward(np.zeros((C, T)), k, g)[0]

@@ -358,6 +358,14 @@ def _store(out, acc, b0, t0, c, eps, REV):
                             out[b, c, T - 1 - t if REV else t] = acc[sl, lane, mt, j, x] + eps
 
 
+def band_block(bid, C, npair, NB, group):
+    """timex_band_block: block bid's channel and first band (channels in groups, each group's long bands first)."""
+    grp_ = bid // (group * npair)
+    gsz = min(group, C - grp_ * group)
+    r_in = bid - grp_ * group * npair
+    return grp_ * group + r_in % gsz, (r_in // gsz) * NB
+
+
 def grad_w_frag(k, g, NB=2, group=16):
     """timex_grad_w_frag<NB, Loads> + timex_grad_w_bands: band GEMMs with fragment-order staging (row pairs,
     per-thread (b, p) counters), NB bands per block, diagonal sums per band into the workspace, then the
@@ -369,10 +377,7 @@ def grad_w_frag(k, g, NB=2, group=16):
     npair = -(-nt // NB)
     ws = np.full((C, nt, 2 * TB), np.nan)
     for bid in range(C * npair):
-        grp_ = bid // (group * npair)
-        gsz = min(group, C - grp_ * group)
-        r_in = bid - grp_ * group * npair
-        c, band0 = grp_ * group + r_in % gsz, (r_in // gsz) * NB
+        c, band0 = band_block(bid, C, npair, NB, group)
         np_ = nt - band0
         nchunks = -(-(B * np_) // KC)
         ctr = {tid: [[(2 * (tid >> 4) + h) // np_, (2 * (tid >> 4) + h) % np_] for h in range(2)]
@@ -457,10 +462,7 @@ def grad_w_mma16(k, g, vec=False, group=16):
     npair = -(-nt // NB)
     ws = np.full((C, nt, 2 * TB), np.nan)
     for bid in range(C * npair):
-        grp_ = bid // (group * npair)
-        gsz = min(group, C - grp_ * group)
-        r_in = bid - grp_ * group * npair
-        c, band0 = grp_ * group + r_in % gsz, (r_in // gsz) * NB
+        c, band0 = band_block(bid, C, npair, NB, group)
         np_ = nt - band0
         glim = T - band0 * TB
         nchunks = -(-(B * np_) // KC)

@@ -28,7 +28,7 @@ GRID_STRIDE_THREADS = 256    # block of the grid-stride kernels (naive, the band
 GRID_STRIDE_WAVES = 8        # their grid: at most this many waves of thread-resident blocks (threads loop)
 TF32X3_TILE = (32, 256)      # rows b, times t a block of the Toeplitz tensor-core kernels
 BAND = 64                    # TXB in timex.cu: the band tile of the tensor-core grad_w
-GRAD_W_BANDS = 2             # bands a block of timex_grad_w_frag (NB)
+GRAD_W_BANDS = 2             # bands a block of the tensor-core grad_w kernels (their NB)
 
 VARIANTS = ("auto", "tiled", "tiled_b32", "tiled_b8", "tiled_b2", "mma16", "tf32x3", "tf32x3_full", "tf32x3_scalar",
             "naive", "shared", "float4", "batch8", "balanced")
@@ -347,33 +347,21 @@ def plan_grad_w(b: PlanBuilder, dtype: str, k, ks, g, gs, gw, B, C, T, vec=None)
               np.int32(T)))
 
 
-def plan_grad_w_tf32x3(b: PlanBuilder, dtype: str, k, ks, g, gs, gw, B, C, T, vec=None):
-    """grad_w on the tensor cores: band GEMMs into a float32 workspace of (C, ceil(T/64), 128), then the
-    fixed-order combine of each lag's two bands (timex_grad_w_bands) into gw, rounded once to the dtype."""
+def plan_grad_w_bands(b: PlanBuilder, dtype: str, k, ks, g, gs, gw, B, C, T, vec=None, kernel: str = "tf32x3"):
+    """grad_w on the tensor cores: band GEMMs (two bands a block) into a float32 workspace of (C, ceil(T/64), 128),
+    then the fixed-order combine of each lag's two bands (timex_grad_w_bands) into gw, rounded once to the dtype.
+    kernel: "tf32x3" (timex_grad_w_frag: TF32, split for float32; 2-element loads) or "mma16" (timex_grad_w_mma16:
+    m16n8k16 on 16-bit operands, the half types; 16-byte loads); vec: those loads (default: where they fit)."""
     nt = ceil_div(T, BAND)
     if not _band_grid_ok(B, C, T):
         raise ValueError(f"timex_backward: C * ceil(T / {BAND}) and B * ceil(T / {BAND}) must be < 2**31 for "
-                         f"'tf32x3'; got B = {B}, C = {C}, T = {T}")
-    if vec is None:  # 2-element loads
-        vec = T % 2 == 0 and _packs_ok(k, ks, dtype, 2) and _packs_ok(g, gs, dtype, 2)
+                         f"{kernel!r}; got B = {B}, C = {C}, T = {T}")
+    pack = 8 if kernel == "mma16" else 2
+    if vec is None:
+        vec = T % pack == 0 and _packs_ok(k, ks, dtype, pack) and _packs_ok(g, gs, dtype, pack)
+    name = _grad_w_mma16_name(dtype, vec) if kernel == "mma16" else _grad_w_bands_name(vec, dtype)
     ws = b.workspace(C * nt * 2 * BAND * 4)
-    b.launch(SOURCE.kernel(_grad_w_bands_name(vec, dtype)), C * ceil_div(nt, GRAD_W_BANDS), THREADS,
-             (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), ws, np.int32(B), np.int32(C),
-              np.int32(T)))
-    plan_naive(b, _band_combine_name(dtype), C * T, (ws, gw, np.int32(C), np.int32(T)))
-
-
-def plan_grad_w_mma16(b: PlanBuilder, dtype: str, k, ks, g, gs, gw, B, C, T, vec=None):
-    """grad_w of a half type on m16n8k16 MMAs: timex_grad_w_mma16's band GEMMs (two bands a block) into the float32
-    workspace of timex_grad_w_frag, then the same combine (timex_grad_w_bands)."""
-    nt = ceil_div(T, BAND)
-    if not _band_grid_ok(B, C, T):
-        raise ValueError(f"timex_backward: C * ceil(T / {BAND}) and B * ceil(T / {BAND}) must be < 2**31 for "
-                         f"'mma16'; got B = {B}, C = {C}, T = {T}")
-    if vec is None:  # 16-byte loads
-        vec = T % 8 == 0 and _packs_ok(k, ks, dtype, 8) and _packs_ok(g, gs, dtype, 8)
-    ws = b.workspace(C * nt * 2 * BAND * 4)
-    b.launch(SOURCE.kernel(_grad_w_mma16_name(dtype, vec)), C * ceil_div(nt, 2), THREADS,
+    b.launch(SOURCE.kernel(name), C * ceil_div(nt, GRAD_W_BANDS), THREADS,
              (k, np.int64(ks[0]), np.int64(ks[1]), g, np.int64(gs[0]), np.int64(gs[1]), ws, np.int32(B), np.int32(C),
               np.int32(T)))
     plan_naive(b, _band_combine_name(dtype), C * T, (ws, gw, np.int32(C), np.int32(T)))
@@ -451,9 +439,9 @@ def plan_backward(b: PlanBuilder, variant: str, dtype: str, w, ldw, k, ks, g, gs
         if variant == "auto" and dtype in MMA16_DTYPES and tf32x3_auto(dtype, B, T, "grad_w"):
             variant = TUNING.half_grad_w
         if variant == "mma16":
-            plan_grad_w_mma16(b, dtype, k, ks, g, gs, gw, B, C, T)
+            plan_grad_w_bands(b, dtype, k, ks, g, gs, gw, B, C, T, kernel="mma16")
         elif variant == "tf32x3" or (variant == "auto" and tf32x3_auto(dtype, B, T, "grad_w")):
-            plan_grad_w_tf32x3(b, dtype, k, ks, g, gs, gw, B, C, T)
+            plan_grad_w_bands(b, dtype, k, ks, g, gs, gw, B, C, T)
         else:
             plan_grad_w(b, dtype, k, ks, g, gs, gw, B, C, T)
 
