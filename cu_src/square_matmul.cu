@@ -19,7 +19,7 @@
 // -> TMA + wgmma (square_matmul_sm90.cu, Hopper only, the half-type default there).
 //
 // Kernels are instanced by name expressions such as sqmm_mma<half, sqmm::W::transposed, sqmm::Loads::vector>.
-#include "common/types.cuh"
+#include "common/mma.cuh"
 
 namespace sqmm {
 
@@ -31,12 +31,6 @@ enum class W { plain, transposed };
 // by element (any n, any alignment).
 enum class Loads { vector, scalar };
 
-template <typename A, typename B> struct Same { static constexpr bool value = false; };
-template <typename A> struct Same<A, A> { static constexpr bool value = true; };
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 // ---- the row-block protocol (ctrl[0]: next ticket; ctrl[1 + rb]: arrivals of row block rb) ----------
 
@@ -99,29 +93,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void ldmatrix_x4(unsigned* r, unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-// D += A(16x16, row) * B(16x8, col), float accumulators.
-template <typename T> __device__ __forceinline__ void mma16816(float* c, const unsigned* a, const unsigned* b) {
-  if constexpr (Same<T, half>::value) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-}
-
 template <typename T> struct Pair2;
 template <> struct Pair2<half> { typedef __half2 type; static __device__ __forceinline__ __half2 make(float x, float y) { return __floats2half2_rn(x, y); } };
 template <> struct Pair2<bfloat16> { typedef __nv_bfloat162 type; static __device__ __forceinline__ __nv_bfloat162 make(float x, float y) { return __floats2bfloat162_rn(x, y); } };

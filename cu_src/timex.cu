@@ -6,7 +6,7 @@
 // (so the view w[:, -T:] of a longer filter needs no copy). Outputs are C-contiguous. The ladder rungs
 // 2-5 are the kernels of the original article, 实例:手写 CUDA 算子,让 Pytorch 提速 20 倍 (float32, contiguous k,
 // the article's limits as preconditions).
-#include "common/types.cuh"
+#include "common/mma.cuh"
 
 extern __shared__ __align__(16) unsigned char timex_dyn_smem[];  // dynamic shared memory of the ladder
 
@@ -955,45 +955,6 @@ timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, l
 //   tf32x3f, an Inf/NaN in a later k no longer reaches earlier outputs through 0 * Inf.
 // Two buffers, one barrier a chunk; the next chunk's global loads are in flight during this one's MMAs.
 // Outputs: 16-byte stores through shared memory when T % 8 == 0, else the fragments' own stores.
-template <typename E> struct Mma16;  // D += A B, m16n8k16, E operands, float32 accumulators
-template <> struct Mma16<half> {
-  static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-template <> struct Mma16<bfloat16> {
-  static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-
-// Four 8x8 b16 matrices from shared memory: lanes 8i..8i+7 give the row addresses of matrix i, and register i
-// of lane l holds row l/4, elements 2(l%4), 2(l%4)+1 of matrix i (an m16n8k16 A fragment when the matrices
-// are the tile's (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)).
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a)
-               : "memory");
-}
-
-// ldmatrix_x4 transposed: register i of lane l holds (row 2(l%4), column l/4) and (row 2(l%4)+1, column l/4)
-// of matrix i, i.e. two consecutive rows at one column: an MMA operand whose k index runs along the stored rows.
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
-  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a)
-               : "memory");
-}
-
 // Two 16-bit values as one word: x in the low half (the lower MMA k index), y in the high.
 __device__ __forceinline__ unsigned pack_b16(unsigned x, unsigned y) { return x | (y << 16); }
 // A 16-byte piece of 8 16-bit elements in reverse order.
@@ -1022,13 +983,13 @@ __device__ __forceinline__ void mma16_chunk(float (&acc)[2][8][4], const uint2* 
     }
     unsigned a[2][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], arow + 16 * MMA16_KS * mt + 16 * s);
+    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], smem_addr(arow + 16 * MMA16_KS * mt + 16 * s));
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int j = DIAG ? 2 * s : 0; j < 8; ++j) {
-        const uint2 b = bf[j - 2 * s + 6];
-        Mma16<E>::run(acc[mt][j], a[mt], b.x, b.y);
+        const unsigned b[2] = {bf[j - 2 * s + 6].x, bf[j - 2 * s + 6].y};
+        mma16816<E>(acc[mt][j], a[mt], b);
       }
   }
 }
@@ -1494,14 +1455,14 @@ timex_grad_w_mma16(const E* __restrict__ k, long long ksb, long long ksc, const 
     for (int st = 0; st < KC / 16; ++st) {
       unsigned a[2][4], b[4][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], A + 16 * st * SA + 16 * mt);
+      for (int mt = 0; mt < 2; ++mt) ldmatrix_x4_trans(a[mt], smem_addr(A + 16 * st * SA + 16 * mt));
 #pragma unroll
-      for (int p = 0; p < 4; ++p) ldmatrix_x4_trans(b[p], Bm + 16 * st * SB + 16 * p);
+      for (int p = 0; p < 4; ++p) ldmatrix_x4_trans(b[p], smem_addr(Bm + 16 * st * SB + 16 * p));
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int n = 0; n < 8; ++n)  // n-tile n: b0, b1 = registers 2(n%2), 2(n%2)+1 of pair n/2
-          Mma16<E>::run(acc[mt][n], a[mt], b[n / 2][2 * (n % 2)], b[n / 2][2 * (n % 2) + 1]);
+          mma16816<E>(acc[mt][n], a[mt], &b[n / 2][2 * (n % 2)]);
     }
     if (ch + 1 < nchunks) stage(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
     __syncthreads();
