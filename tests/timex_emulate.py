@@ -434,12 +434,7 @@ def grad_w_frag(k, g, NB=2, group=16):
                             i = 16 * (2 * wm + mt) + 2 * grp + (x >> 1)
                             j = 32 * NB * wn + 16 * (n // 2) + 4 * tig + 2 * (x & 1) + n % 2
                             at[(j // TB) * TB * SE + i * SE + j % TB] = acc[warp, lane, mt, n, x]
-        for tid in range(2 * TB - 1):
-            e = tid - (TB - 1)
-            for bb in range(NB):
-                if band0 + bb < nt:
-                    ws[c, band0 + bb, tid] = sum(at[bb * TB * SE + i * SE + i + e]
-                                                 for i in range(max(0, -e), min(TB, TB - e)))
+        _band_diagonals(at, ws, c, band0, nt, NB, TB, SE)
     return _combine_bands(ws, C, T, TB, nt)
 
 
@@ -515,13 +510,17 @@ def grad_w_mma16(k, g, vec=False, group=16):
                             i = 32 * wm + 16 * mt + grp + 8 * (x >> 1)
                             j = 8 * n + 2 * tig + (x & 1)
                             at[wn * TB * SE + i * SE + j] = acc[warp, lane, mt, n, x]
-        for tid in range(2 * TB - 1):
-            e = tid - (TB - 1)
-            for bb in range(NB):
-                if band0 + bb < nt:
-                    ws[c, band0 + bb, tid] = sum(at[bb * TB * SE + i * SE + i + e]
-                                                 for i in range(max(0, -e), min(TB, TB - e)))
+        _band_diagonals(at, ws, c, band0, nt, NB, TB, SE)
     return _combine_bands(ws, C, T, TB, nt)
+
+
+def _band_diagonals(at, ws, c, band0, nt, NB, TB, SE):
+    """timex_band_diagonals: thread tid sums diagonal tid - (TB - 1) of each of the block's NB band tiles."""
+    for tid in range(2 * TB - 1):
+        e = tid - (TB - 1)
+        for bb in range(NB):
+            if band0 + bb < nt:
+                ws[c, band0 + bb, tid] = sum(at[bb * TB * SE + i * SE + i + e] for i in range(max(0, -e), min(TB, TB - e)))
 
 
 def _combine_bands(ws, C, T, TB, nt):
