@@ -520,7 +520,8 @@ def _band_diagonals(at, ws, c, band0, nt, NB, TB, SE):
         e = tid - (TB - 1)
         for bb in range(NB):
             if band0 + bb < nt:
-                ws[c, band0 + bb, tid] = sum(at[bb * TB * SE + i * SE + i + e] for i in range(max(0, -e), min(TB, TB - e)))
+                ws[c, band0 + bb, tid] = sum(at[bb * TB * SE + i * SE + i + e]
+                                             for i in range(max(0, -e), min(TB, TB - e)))
 
 
 def _combine_bands(ws, C, T, TB, nt):
