@@ -598,45 +598,58 @@ __device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// A warp's 32 b x 64 t accumulators (2 x 8 m16n8 tiles) + eps into out: rows b0.., times t0.. (REV: reversed).
-// Half types: the two consecutive times of an accumulator pair as one 4-byte store when T is even (aligned).
-template <bool REV, typename E>
-__device__ __forceinline__ void store_warp_tile(const float (&acc)[2][8][4], E* __restrict__ out, float e,
-                                                long long b0, int t0, int grp, int tig, int c, int B, int C, int T) {
-  if constexpr (SplitTf32<E>::value) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const long long b = b0 + 16 * mt + grp + (x >= 2 ? 8 : 0);
-          const int t = t0 + 8 * j + 2 * tig + (x & 1);
-          if (b < B && t < T) out[(b * C + c) * (long long)T + (REV ? T - 1 - t : t)] = acc[mt][j][x] + e;
-        }
-  } else {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {  // rows grp and grp + 8
-          const long long b = b0 + 16 * mt + grp + 8 * h;
-          const int t = t0 + 8 * j + 2 * tig;  // even: t and t + 1
-          if (b >= B || t >= T) continue;
-          E* orow = out + (b * C + c) * (long long)T;
-          const float v0 = acc[mt][j][2 * h] + e, v1 = acc[mt][j][2 * h + 1] + e;
-          if ((T & 1) == 0) {  // t + 1 < T, and the pair starts on an even element
-            if (REV)
-              store2(orow + T - 2 - t, v1, v0);
-            else
-              store2(orow + t, v0, v1);
-          } else {
-            orow[REV ? T - 1 - t : t] = cast<E>(v0);
-            if (t + 1 < T) orow[REV ? T - 2 - t : t + 1] = cast<E>(v1);
-          }
-        }
+// Which (b, time) a Toeplitz block's row holds. BatchRows: row lr is b0 + lr at the block's times.
+struct BatchRows {
+  long long b0;
+  int B;
+  __device__ __forceinline__ bool at(int lr, long long& b, int& shift) const {
+    b = b0 + lr, shift = 0;
+    return b < B;
   }
+};
+// FoldedRows (timex_tf32x3f's long-T mode): row r = rb + lr of the (time block p, b) list, p-major, holds times
+// p*256.. of row b; the block runs at the virtual times of its last block pmax, so row r is `shift` = 256 (pmax - p)
+// behind: its k index is u - shift and its output time t - shift.
+struct FoldedRows {
+  long long rb, rows;  // the block's first row; B * (time blocks)
+  int B, pmax;
+  __device__ __forceinline__ bool at(int lr, long long& b, int& shift) const {
+    const long long r = rb + lr;
+    const int p = (int)(r / B);
+    b = r - (long long)p * B, shift = 256 * (pmax - p);
+    return r < rows;
+  }
+};
+
+// A warp's 32 rows x 64 t accumulators (2 x 8 m16n8 tiles) + eps into out: rows by `rows`, times t0.. (REV:
+// reversed). Half types: the two consecutive times of an accumulator pair as one 4-byte store when T is even.
+template <bool REV, typename E, typename Rows>
+__device__ __forceinline__ void store_warp_tile(const float (&acc)[2][8][4], E* __restrict__ out, float e,
+                                                const Rows& rows, int t0, int grp, int tig, int c, int C, int T) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // rows grp and grp + 8
+      long long b;
+      int shift;
+      if (!rows.at(16 * mt + grp + 8 * h, b, shift)) continue;
+      E* orow = out + (b * C + c) * (long long)T;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int t = t0 - shift + 8 * j + 2 * tig;  // even: t and t + 1
+        if (t >= T) continue;
+        const float v0 = acc[mt][j][2 * h] + e, v1 = acc[mt][j][2 * h + 1] + e;
+        if (!SplitTf32<E>::value && (T & 1) == 0) {  // t + 1 < T, and the pair starts on an even element
+          if (REV)
+            store2(orow + T - 2 - t, v1, v0);
+          else
+            store2(orow + t, v0, v1);
+        } else {
+          orow[REV ? T - 1 - t : t] = cast<E>(v0);
+          if (t + 1 < T) orow[REV ? T - 2 - t : t + 1] = cast<E>(v1);
+        }
+      }
+    }
 }
 
 // E = half, bfloat16: one MMA a product, no lo arrays (E last, so float32's instance names stay as they were).
@@ -763,7 +776,7 @@ timex_tf32x3(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lo
     }
   }
 
-  store_warp_tile<REV>(acc, out, (float)eps, b0, t0 + warp * 64, grp, tig, c, B, C, T);
+  store_warp_tile<REV>(acc, out, (float)eps, BatchRows{b0, B}, t0 + warp * 64, grp, tig, c, C, T);
 }
 
 // ---- the Toeplitz kernel with fragment-order staging (the tf32x3 default) --------------------------
@@ -826,8 +839,15 @@ __device__ __forceinline__ void tf32x3f_chunk(float (&acc)[2][8][4], const typen
 }
 
 // E last (default float): float32's instance names are those of the float32-only kernel.
-// Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; any B, C, T >= 1 (T/256, B/32 <= 65535).
-template <Product P, Diagonal DIAG, typename E = float>
+// FOLD (float32 at long T; ops/timex.py TUNING.tf32x3_fold_min_t): the rows are FoldedRows, the (time block, b)
+// pairs p-major, so a small batch still fills the 32-row tile; every chunk a row reads before its own first time
+// (u < 0) is a zero. The MMAs accumulate in chunks of FOLD_CHUNKS u, each added with FADDs to a total in dynamic
+// shared memory (32 KB): the tensor cores' float32 sums lose precision with the accumulation length (relative
+// error 5e-6 at T = 1024, 4e-5 at 8192, linear in T: H200, 17b27bd), the flushed sums stay at T = 256's.
+// Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; FOLD: grid (C, 1, ceil(B ceil(T/256) / 32)), 32768 bytes
+// of dynamic shared memory; any B, C, T >= 1 (grid y, z <= 65535).
+constexpr int FOLD_CHUNKS = 8;  // 256 u
+template <Product P, Diagonal DIAG, typename E = float, bool FOLD = false>
 __global__ void __launch_bounds__(TX_THREADS, 3)
 timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, long long sb, long long sc,
               E* __restrict__ out, double eps, int B, int C, int T) {
@@ -839,44 +859,78 @@ timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, l
   constexpr int NTP = (NTAP + TX_THREADS - 1) / TX_THREADS;  // 3 tap entries per thread
   __shared__ __align__(16) unsigned ahi[2][KU * BM], alo[2][SPLIT ? KU * BM : 4];
   __shared__ __align__(16) TP tp[2][NTAP];
+  extern __shared__ float4 fold_total[];  // FOLD: [16][TX_THREADS], a thread's 64 sums
 
   const int c = blockIdx.x;
-  const int t0 = (gridDim.y - 1 - blockIdx.y) * TN;
-  const long long b0 = (long long)blockIdx.z * BM;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int grp = lane >> 2, tig = lane & 3;
   const int role = warp;  // this warp's 64-t slice
-  const int ts = t0 + role * 64;             // the slice's first time
-  const int u_last = ts < T ? ts + 63 : -1;  // a slice wholly past T computes nothing
-  const int nchunks = (min(t0 + TN, T) + KU - 1) / KU;
+  // the block's rows and (virtual) first time: the heaviest blocks (latest times) first
+  long long b0 = 0;
+  FoldedRows fold{0, 0, B, 0};
+  int t0;
+  if constexpr (FOLD) {
+    const int nblk = (T + TN - 1) / TN;
+    fold.rows = (long long)B * nblk;
+    fold.rb = (long long)(gridDim.z - 1 - blockIdx.z) * BM;
+    fold.pmax = (int)min((long long)nblk - 1, (fold.rb + BM - 1) / B);
+    t0 = fold.pmax * TN;
+  } else {
+    b0 = (long long)blockIdx.z * BM;
+    t0 = (gridDim.y - 1 - blockIdx.y) * TN;
+  }
+  const int ts = t0 + role * 64;  // the slice's first time
+  // a slice wholly past T computes nothing (FOLD: its rows of earlier blocks lie before T)
+  const int u_last = FOLD || ts < T ? ts + 63 : -1;
+  const int nchunks = ((FOLD ? t0 + TN : min(t0 + TN, T)) + KU - 1) / KU;
   const E* wrow = w + (long long)c * ldw;
 
-
   // staged element q of this thread: fragment word x + 128 q = ((s*2 + mt)*32 + l)*4 + e with l = x/4, e = x%4,
-  // mt = q%2, s = q/2: row b = 16 mt + l/4 + 8 (e&1), u = 8 s + l%4 + 4 (e>>1)
+  // mt = q%2, s = q/2: row 16 mt + l/4 + 8 (e&1), u = 8 s + l%4 + 4 (e>>1)
   const int sx = threadIdx.x, sl = sx >> 2, se = sx & 3;
-  const long long br = b0 + (sl >> 2) + 8 * (se & 1);  // row of mt = 0 (mt = 1: +16)
-  const int uq = (sl & 3) + 4 * (se >> 1);             // u offset of s = 0 (s: +8 s)
-  const E* kr0 = k + (long long)c * sc + br * sb;
-  const E* kr1 = kr0 + 16 * sb;
-  const bool ok0 = br < B, ok1 = br + 16 < B;
+  const int lr = (sl >> 2) + 8 * (se & 1);  // local row of mt = 0 (mt = 1: +16)
+  const int uq = (sl & 3) + 4 * (se >> 1);  // u offset of s = 0 (s: +8 s)
+  long long br0, br1;
+  int sh0, sh1;
+  bool ok0, ok1;
+  if constexpr (FOLD) {
+    ok0 = fold.at(lr, br0, sh0), ok1 = fold.at(lr + 16, br1, sh1);
+  } else {
+    br0 = b0 + lr, br1 = br0 + 16, sh0 = sh1 = 0, ok0 = br0 < B, ok1 = br1 < B;
+  }
+  const E* kr0 = k + (long long)c * sc + (ok0 ? br0 : 0) * sb;
+  const E* kr1 = k + (long long)c * sc + (ok1 ? br1 : 0) * sb;
 
   float acc[2][8][4];
+  auto zero = [&]() {
 #pragma unroll
-  for (int m = 0; m < 2; ++m)
+    for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
+        for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
+  };
+  // FOLD: acc into the thread's totals (first: stored), acc zeroed
+  auto flush = [&](bool first) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float* a = acc[i >> 3][i & 7];
+      float4& s = fold_total[i * TX_THREADS + threadIdx.x];
+      s = first ? make_float4(a[0], a[1], a[2], a[3])
+                : make_float4(s.x + a[0], s.y + a[1], s.z + a[2], s.w + a[3]);
+    }
+    zero();
+  };
+  zero();
 
   float pk[NK], pt[NTP][2];
   auto tap = [&](int d) { return (d >= 0 && d < T) ? cast<float>(wrow[T - 1 - d]) : 0.f; };
   auto fetch = [&](int u0) {
 #pragma unroll
     for (int q = 0; q < NK; ++q) {
-      const int u = u0 + 8 * (q >> 1) + uq;
+      const int u = u0 + 8 * (q >> 1) + uq - (q & 1 ? sh1 : sh0);
       const int ui = REV ? T - 1 - u : u;
-      pk[q] = ((q & 1 ? ok1 : ok0) && u < T) ? cast<float>((q & 1 ? kr1 : kr0)[ui]) : 0.f;
+      pk[q] = ((q & 1 ? ok1 : ok0) && u < T && (!FOLD || u >= 0)) ? cast<float>((q & 1 ? kr1 : kr0)[ui]) : 0.f;
     }
 #pragma unroll
     for (int q = 0; q < NTP; ++q) {
@@ -928,11 +982,24 @@ timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, l
         tf32x3f_chunk<1, SPLIT>(acc, tpw, ahi[buf], alo[buf], lane);
     }
     if (ch + 1 < nchunks) stage(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
+    if (FOLD && (ch + 1) % FOLD_CHUNKS == 0) flush(ch + 1 == FOLD_CHUNKS);
     __syncthreads();
   }
-
-  store_warp_tile<REV>(acc, out, (float)eps, b0, ts, grp, tig, c, B, C, T);
+  if constexpr (FOLD) {
+    if (nchunks >= FOLD_CHUNKS) {  // the totals, plus the last partial group in acc
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const float4 s = fold_total[i * TX_THREADS + threadIdx.x];
+        float* a = acc[i >> 3][i & 7];
+        a[0] += s.x, a[1] += s.y, a[2] += s.z, a[3] += s.w;
+      }
+    }
+    store_warp_tile<REV>(acc, out, (float)eps, fold, ts, grp, tig, c, C, T);
+  } else {
+    store_warp_tile<REV>(acc, out, (float)eps, BatchRows{b0, B}, ts, grp, tig, c, C, T);
+  }
 }
+
 
 // ---- tensor cores on 16-bit operands: mma m16n8k16 (variant "mma16"; auto for float16 / bfloat16) -------
 // timex_tf32x3f's Toeplitz product for E = half, bfloat16 with mma.sync m16n8k16 on E operands (float32
@@ -1140,7 +1207,7 @@ timex_mma16(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
       __syncwarp();  // the tile is rewritten by the next m-tile
     }
   } else {
-    store_warp_tile<REV>(acc, out, (float)eps, b0, ts, grp, tig, c, B, C, T);
+    store_warp_tile<REV>(acc, out, (float)eps, BatchRows{b0, B}, ts, grp, tig, c, C, T);
   }
 }
 

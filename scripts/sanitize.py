@@ -254,6 +254,10 @@ def timex(step: Steps, small: bool):
     wide = arr((C, T + 64), "float32")[:, -T:]  # a row-strided view of a longer filter
     step("timex strided w", ck.timex, wide, arr((B, C, T), "float32"))
     step("timex auto tf32x3 shape", ck.timex, arr((C, 512), "float32"), arr((16, C, 512), "float32"))
+    # long T, small B: tf32x3 folded (time block, b) rows, a partial last block, dynamic shared totals
+    w, k, g = arr((C, 2100), "float32"), arr((3, C, 2100), "float32", offset=1), arr((3, C, 2100), "float32")
+    step("timex folded tf32x3 T=2100", ck.timex, w, k)
+    step("timex_backward folded tf32x3 T=2100", ck.timex_backward, w, k, g)
 
 
 PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap", "brick")

@@ -140,7 +140,7 @@ def _toeplitz_grid(k, eps, REV, chunk):
                 acc = np.zeros((4, 32, 2, 8, 4))
                 for ch in range((min(t0 + 256, T) + 31) // 32):
                     chunk(c, t0, b0, ch * 32, acc)
-                _store(out, acc, b0, t0, c, eps, REV)
+                _store(out, acc, _batch_rows(b0, B), t0, c, eps, REV)
     return out
 
 
@@ -182,22 +182,44 @@ def tf32x3(w, k, eps, REV):
     return _toeplitz_grid(k, eps, REV, chunk)
 
 
-def tf32x3f(w, k, eps, REV, TRI=False):
-    """timex_tf32x3f<Product, Diagonal>: fragment-order k tile and tap-pair window, warp w on slice w, two
-    buffers, and with TRI (Diagonal::skip_zero_tiles) the diagonal chunks' skipped tiles (exact products)."""
+def _folded_grid(k, eps, REV, chunk):
+    """timex_tf32x3f's folded grid (FoldedRows): block z takes rows 32z.. of the (256-time block p, b) pairs,
+    p-major, the last rows first, at the virtual times of its latest block pmax; row r is 256 (pmax - p) behind."""
+    B, C, T = k.shape
+    nblk = -(-T // 256)
+    rows = B * nblk
+    out = np.full((B, C, T), np.nan)
+    for c in range(C):
+        for z in range(-(-rows // 32)):
+            rb = (-(-rows // 32) - 1 - z) * 32
+            pmax = min(nblk - 1, (rb + 31) // B)
+            at = lambda lr: (None if rb + lr >= rows else
+                             ((rb + lr) % B, 256 * (pmax - (rb + lr) // B)))
+            acc = np.zeros((4, 32, 2, 8, 4))
+            for ch in range(pmax * 8 + 8):
+                chunk(c, pmax * 256, at, ch * 32, acc)
+            _store(out, acc, at, pmax * 256, c, eps, REV)
+    return out
+
+
+def tf32x3f(w, k, eps, REV, TRI=False, FOLD=False):
+    """timex_tf32x3f<Product, Diagonal, float, FOLD>: fragment-order k tile and tap-pair window, warp w on slice w,
+    two buffers, and with TRI (Diagonal::skip_zero_tiles) the diagonal chunks' skipped tiles (exact products);
+    FOLD: the folded rows (the flushed sums are a precision matter, not an index one)."""
     B, C, T = k.shape
     BM, TN, KU = 32, 256, 32
     NTAP = TN + KU
     tap = lambda c, d: w[c, T - 1 - d] if 0 <= d < T else 0.0
 
-    def chunk(c, t0, b0, u0, acc):
+    def chunk(c, t0, rows, u0, acc):
         a = np.full(KU * BM, np.nan)  # staged words as the kernel's threads write them
         for x in range(128):
             sl, se = x >> 2, x & 3
-            br, uq = b0 + (sl >> 2) + 8 * (se & 1), (sl & 3) + 4 * (se >> 1)
+            lr, uq = (sl >> 2) + 8 * (se & 1), (sl & 3) + 4 * (se >> 1)
             for q in range(KU * BM // 128):
-                b, u = br + 16 * (q & 1), u0 + 8 * (q >> 1) + uq
-                a[x + q * 128] = k[b, c, T - 1 - u if REV else u] if (b < B and u < T) else 0.0
+                at = rows(lr + 16 * (q & 1))
+                u = u0 + 8 * (q >> 1) + uq - (at[1] if at else 0)
+                a[x + q * 128] = k[at[0], c, T - 1 - u if REV else u] if (at and 0 <= u < T) else 0.0
         tp = np.full((NTAP, 2), np.nan)
         for i in range(NTAP):
             d = t0 - u0 - (KU - 1) + i
@@ -205,7 +227,7 @@ def tf32x3f(w, k, eps, REV, TRI=False):
         for warp in range(4):
             role = warp
             ts = t0 + role * 64
-            if u0 > ts + 63 or ts >= T:
+            if u0 > ts + 63 or (ts >= T and not FOLD):
                 continue
             D = -1 if not TRI or u0 < ts else (u0 - ts) // 32  # the chunk kind (0 / 1: diagonal chunks)
             assert D in (-1, 0, 1)
@@ -218,7 +240,14 @@ def tf32x3f(w, k, eps, REV, TRI=False):
                     for j in range(0 if D < 0 else 4 * D + s, 8):
                         _mma(acc[role, :, mt, j], afr, bfr[:, j - s + 3])
 
-    return _toeplitz_grid(k, eps, REV, chunk)
+    if FOLD:
+        return _folded_grid(k, eps, REV, chunk)
+    return _toeplitz_grid(k, eps, REV, lambda c, t0, b0, u0, acc: chunk(c, t0, _batch_rows(b0, B), u0, acc))
+
+
+def _batch_rows(b0, B):
+    """BatchRows: local row lr is b0 + lr at the block's times."""
+    return lambda lr: (b0 + lr, 0) if b0 + lr < B else None
 
 
 def _mma16(acc, a, b):
@@ -314,7 +343,10 @@ def mma16(w, k, eps, REV, vec=False):
                     if ch + 1 < nchunks:
                         ring_stage(ring, c, t0, (ch + 1) * KU)
                     chunk(c, t0, b0, ch * KU, acc, ring)
-                (_store16 if T % 8 == 0 else _store)(out, acc, b0, t0, c, eps, REV)
+                if T % 8 == 0:
+                    _store16(out, acc, b0, t0, c, eps, REV)
+                else:
+                    _store(out, acc, _batch_rows(b0, B), t0, c, eps, REV)
     return out
 
 
@@ -343,8 +375,9 @@ def _store16(out, acc, b0, t0, c, eps, REV, KS=72):
                             out[b, c, t:t + 8] = v
 
 
-def _store(out, acc, b0, t0, c, eps, REV):
-    """The Toeplitz kernels' epilogue: acc[slice][lane][mt][j][x] to out (bounds-checked)."""
+def _store(out, acc, rows, t0, c, eps, REV):
+    """The Toeplitz kernels' epilogue: acc[slice][lane][mt][j][x] to out (bounds-checked); rows(lr): (b, shift)
+    of local row lr, or None past the rows."""
     B, C, T = out.shape
     for sl in range(4):
         for lane in range(32):
@@ -352,10 +385,10 @@ def _store(out, acc, b0, t0, c, eps, REV):
             for mt in range(2):
                 for j in range(8):
                     for x in range(4):
-                        b = b0 + 16 * mt + grp + (8 if x >= 2 else 0)
-                        t = t0 + sl * 64 + 8 * j + 2 * tig + (x & 1)
-                        if b < B and t < T:
-                            out[b, c, T - 1 - t if REV else t] = acc[sl, lane, mt, j, x] + eps
+                        at = rows(16 * mt + grp + (8 if x >= 2 else 0))
+                        t = t0 - (at[1] if at else 0) + sl * 64 + 8 * j + 2 * tig + (x & 1)
+                        if at and t < T:
+                            out[at[0], c, T - 1 - t if REV else t] = acc[sl, lane, mt, j, x] + eps
 
 
 def band_block(bid, C, npair, NB, group):

@@ -27,6 +27,7 @@ THREADS = 128                # TX_THREADS in timex.cu: the block of the tiled an
 GRID_STRIDE_THREADS = 256    # block of the grid-stride kernels (naive, the band combine)
 GRID_STRIDE_WAVES = 8        # their grid: at most this many waves of thread-resident blocks (threads loop)
 TF32X3_TILE = (32, 256)      # rows b, times t a block of the Toeplitz tensor-core kernels
+FOLD_TOTAL_BYTES = 32768     # timex_tf32x3f's folded mode: a block's flushed sums (128 threads x 64 floats)
 BAND = 64                    # TXB in timex.cu: the band tile of the tensor-core grad_w
 GRAD_W_BANDS = 2             # bands a block of the tensor-core grad_w kernels (their NB)
 
@@ -75,12 +76,19 @@ class Tuning:
     # T = 1024 and 1.0e-5 at 2048 against float32's 1e-5 (B=32 C=16, H200, the probe log of 61f08d7), where
     # tiled also won (B=12 T=2048: 1.37 against 1.53 ms). The half types have no such bound: their values are
     # exact in TF32, so one MMA gives exact products and the error is float32 accumulation's at any T.
+    # Beyond it float32's tf32x3 runs folded (timex_tf32x3f<..., true>: the rows are (256-time block, b) pairs,
+    # so small B fills the tile, and the MMAs' sums are flushed every 256 u, so the error stays T = 256's).
     tf32x3_max_t: int = 1024
+    # 'auto' takes the folded kernel where its MMA work (a block runs all its rows to its latest time block) is at
+    # most this many times the useful work (fold_waste). C=768 forward, ms folded / tiled (H200, 17b27bd + fold):
+    # B=3 T=2048 (2.37x) 0.335 / 0.464, B=5 T=2048 (2.67x) 0.616 / 0.695, B=2 T=2048 (3.56x) 0.337 / 0.241,
+    # B=1 T=4096 (3.76x) 0.663 / 0.792 (the one miss), B=1 T=8192 (1.94x) 1.32 / 2.88, B=3 T=8192 (1.31x) 2.57 / 5.74.
+    tf32x3_fold_max_waste: float = 3.0
     # float32 grad_w on the tensor cores (band GEMMs, any B: they won at every B measured, 1..384) while the
-    # error stays within float32's 1e-5: it grows with T and with B*T/64, the rows each band sums: 5.1e-6 at
-    # T = 2048 with B*T = 65536, 1.0e-5 at T = 4096 (B=32, H200, the probe log of 61f08d7). An accuracy bound
-    # of the 3-MMA split, so float32 only: the half types' exact products take the band GEMMs at any B and T.
-    tf32x3_grad_w_max_t: int = 2048
+    # error stays within float32's 1e-5. It grows with B*T, the length of each band's sums: 2.0e-6 at B=3
+    # T=8192, 5.1e-6 at B=32 T=2048, 1.0e-5 at B=32 T=4096 (C=4..16, H200, 17b27bd and the probe log of 61f08d7).
+    # An accuracy bound of the 3-MMA split, so float32 only: the half types' exact products take the band GEMMs
+    # at any B and T.
     tf32x3_grad_w_max_bt: int = 32 * 2048
     # The Toeplitz kernel (forward, grad_k) 'auto' runs for float16 / bfloat16 where tf32x3_auto allows the tensor
     # cores: "mma16" (m16n8k16 on 16-bit operands: half the MMAs and staging of the one-pass TF32 kernel,
@@ -124,9 +132,11 @@ def _element(dtype: str) -> str:
     return "" if dtype == "float32" else f", {CTYPES[dtype]}"
 
 
-def _toeplitz_name(kernel: str, rev: bool, dtype: str = "float32") -> str:
+def _toeplitz_name(kernel: str, rev: bool, dtype: str = "float32", fold: bool = False) -> str:
     if kernel == "scalar":
         return f"timex_tf32x3<{_PRODUCT[rev]}{_element(dtype)}>"
+    if fold:
+        return f"timex_tf32x3f<{_PRODUCT[rev]}, Diagonal::{kernel}, float, true>"
     return f"timex_tf32x3f<{_PRODUCT[rev]}, Diagonal::{kernel}{_element(dtype)}>"
 
 
@@ -157,6 +167,7 @@ def _declare():
         names += [_toeplitz_name("skip_zero_tiles", rev, dt) for rev in (False, True)]
         names += [_toeplitz_name("every_tile", False, dt), _toeplitz_name("scalar", False, dt)]
         names += [_grad_w_bands_name(vec, dt) for vec in (False, True)] + [_band_combine_name(dt)]
+    names += [_toeplitz_name("skip_zero_tiles", rev, fold=True) for rev in (False, True)]  # float32 beyond max_t
     names += [_mma16_name(rev, dt, vec) for dt in MMA16_DTYPES for rev in (False, True) for vec in (False, True)]
     names += [_grad_w_mma16_name(dt, vec) for dt in MMA16_DTYPES for vec in (False, True)]
     for dt in FLOAT_DTYPES:
@@ -195,8 +206,8 @@ def choose_tiled(dtype: str, B: int) -> str:
 
 def tf32x3_auto(dtype: str, B: int, T: int, kernel: str = "toeplitz") -> bool:
     """Whether 'auto' takes the tensor-core kernel ('toeplitz': forward and grad_k; 'grad_w'). float32: where
-    faster and its split-precision error within 1e-5; float16 / bfloat16 (exact products): the same B and T
-    thresholds, no upper T, only the kernels' grid limits."""
+    faster and its split-precision error within 1e-5 (beyond tf32x3_max_t, folded); float16 / bfloat16 (exact
+    products): the same B and T thresholds, no upper T, only the kernels' grid limits."""
     if dtype not in TENSOR_CORE_DTYPES:
         return False
     t = TUNING
@@ -204,12 +215,28 @@ def tf32x3_auto(dtype: str, B: int, T: int, kernel: str = "toeplitz") -> bool:
     if kernel == "grad_w":
         if half:
             return _band_grid_ok(B, 1, T)
-        return T <= t.tf32x3_grad_w_max_t and B * T <= t.tf32x3_grad_w_max_bt
+        return B * T <= t.tf32x3_grad_w_max_bt
     if half:
         bm, tn = TF32X3_TILE
         fits = ceil_div(T, tn) <= 65535 and ceil_div(B, bm) <= 65535
         return fits and B >= t.tf32x3_min_b and T >= t.tf32x3_min_t
-    return B >= t.tf32x3_min_b and t.tf32x3_min_t <= T <= t.tf32x3_max_t
+    if T > t.tf32x3_max_t:
+        return _fold_grid_ok(B, T) and fold_waste(B, T) <= t.tf32x3_fold_max_waste
+    return B >= t.tf32x3_min_b and t.tf32x3_min_t <= T
+
+
+def fold_waste(B: int, T: int) -> float:
+    """The folded tf32x3 kernel's MMA work over the useful work: block z takes rows 32z.. of the (time block p,
+    b) pairs and runs each to its latest block; a row of block p needs p + 1 blocks of u (the diagonal aside)."""
+    bm, tn = TF32X3_TILE
+    nblk = ceil_div(T, tn)
+    rows = B * nblk
+    work = sum(bm * (min(nblk - 1, (r0 + bm - 1) // B) + 1) for r0 in range(0, rows, bm))
+    return work / (B * nblk * (nblk + 1) / 2)
+
+
+def _fold_grid_ok(B: int, T: int) -> bool:
+    return ceil_div(B * ceil_div(T, TF32X3_TILE[1]), TF32X3_TILE[0]) <= 65535
 
 
 def _band_grid_ok(B: int, C: int, T: int) -> bool:
@@ -289,15 +316,22 @@ def plan_tiled(b: PlanBuilder, dtype: str, tile: str, rev: bool, w, ldw, x, xs, 
 
 
 def plan_toeplitz_tf32x3(b: PlanBuilder, dtype: str, kernel: str, rev: bool, w, ldw, x, xs, out, eps, B, C, T):
-    """The Toeplitz product on the tensor cores: split-precision TF32 for float32, one exact TF32 pass for
-    float16 / bfloat16; kernel: a value of TOEPLITZ_TF32X3."""
+    """The Toeplitz product on the tensor cores: split-precision TF32 for float32 (folded beyond tf32x3_max_t),
+    one exact TF32 pass for float16 / bfloat16; kernel: a value of TOEPLITZ_TF32X3."""
     bm, tn = TF32X3_TILE
+    args = (w, np.int64(ldw), x, np.int64(xs[0]), np.int64(xs[1]), out, np.float64(eps), np.int32(B), np.int32(C),
+            np.int32(T))
+    if dtype == "float32" and kernel == "skip_zero_tiles" and T > TUNING.tf32x3_max_t:
+        if not _fold_grid_ok(B, T):
+            raise ValueError(f"timex: B * ceil(T / {tn}) = {B * ceil_div(T, tn)} is beyond this kernel's grid "
+                             f"({bm * 65535})")
+        fn = SOURCE.kernel(_toeplitz_name(kernel, rev, fold=True), shared_mem=FOLD_TOTAL_BYTES)
+        b.launch(fn, (C, 1, ceil_div(B * ceil_div(T, tn), bm)), THREADS, args, shared_mem=FOLD_TOTAL_BYTES)
+        return
     grid = (C, ceil_div(T, tn), ceil_div(B, bm))
     if grid[1] > 65535 or grid[2] > 65535:
         raise ValueError(f"timex: T = {T} or B = {B} is beyond this kernel's grid ({tn * 65535} / {bm * 65535})")
-    b.launch(SOURCE.kernel(_toeplitz_name(kernel, rev, dtype)), grid, THREADS,
-             (w, np.int64(ldw), x, np.int64(xs[0]), np.int64(xs[1]), out, np.float64(eps), np.int32(B), np.int32(C),
-              np.int32(T)))
+    b.launch(SOURCE.kernel(_toeplitz_name(kernel, rev, dtype)), grid, THREADS, args)
 
 
 def plan_toeplitz_mma16(b: PlanBuilder, dtype: str, rev: bool, w, ldw, x, xs, out, eps, B, C, T, vec=None):
