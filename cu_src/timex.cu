@@ -807,7 +807,8 @@ timex_tf32x3(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lo
 // (SPLIT false: a_lo unused, one MMA a tile).
 template <bool SPLIT> struct TapPair { typedef uint4 type; };  // (hi f[i], hi f[i-4], lo f[i], lo f[i-4])
 template <> struct TapPair<false> { typedef uint2 type; };     // (f[i], f[i-4]), exact in TF32
-template <int D, bool SPLIT>
+// MT0 = 1: m-tile 0 skipped (the folded kernel's chunks that lie wholly before its rows' first times).
+template <int D, bool SPLIT, int MT0 = 0>
 __device__ __forceinline__ void tf32x3f_chunk(float (&acc)[2][8][4], const typename TapPair<SPLIT>::type* tp,
                                               const unsigned* a_hi, const unsigned* a_lo, int lane) {
   typedef typename TapPair<SPLIT>::type TP;
@@ -820,12 +821,12 @@ __device__ __forceinline__ void tf32x3f_chunk(float (&acc)[2][8][4], const typen
   for (int s = 0; s < 4; ++s) {
     uint4 ah[2], al[SPLIT ? 2 : 1];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
+    for (int mt = MT0; mt < 2; ++mt) {
       ah[mt] = reinterpret_cast<const uint4*>(a_hi)[(s * 2 + mt) * 32 + lane];
       if constexpr (SPLIT) al[mt] = reinterpret_cast<const uint4*>(a_lo)[(s * 2 + mt) * 32 + lane];
     }
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = MT0; mt < 2; ++mt)
 #pragma unroll
       for (int j = D < 0 ? 0 : 4 * D + s; j < 8; ++j) {
         const TP b = bf[j - s + 3];
@@ -841,7 +842,7 @@ __device__ __forceinline__ void tf32x3f_chunk(float (&acc)[2][8][4], const typen
 // E last (default float): float32's instance names are those of the float32-only kernel.
 // FOLD (float32 at long T; ops/timex.py TUNING.tf32x3_fold_min_t): the rows are FoldedRows, the (time block, b)
 // pairs p-major, so a small batch still fills the 32-row tile; every chunk a row reads before its own first time
-// (u < 0) is a zero. The MMAs accumulate in chunks of FOLD_CHUNKS u, each added with FADDs to a total in dynamic
+// (u < 0) is a zero, and m-tile 0's MMAs are skipped while all its rows read zeros. The MMAs accumulate in chunks of FOLD_CHUNKS u, each added with FADDs to a total in dynamic
 // shared memory (32 KB): the tensor cores' float32 sums lose precision with the accumulation length (relative
 // error 5e-6 at T = 1024, 4e-5 at 8192, linear in T: H200, 17b27bd), the flushed sums stay at T = 256's.
 // Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; FOLD: grid (C, 1, ceil(B ceil(T/256) / 32)), 32768 bytes
@@ -868,13 +869,15 @@ timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, l
   // the block's rows and (virtual) first time: the heaviest blocks (latest times) first
   long long b0 = 0;
   FoldedRows fold{0, 0, B, 0};
-  int t0;
+  int t0, fold_mt0_from = 0;
   if constexpr (FOLD) {
     const int nblk = (T + TN - 1) / TN;
     fold.rows = (long long)B * nblk;
     fold.rb = (long long)(gridDim.z - 1 - blockIdx.z) * BM;
     fold.pmax = (int)min((long long)nblk - 1, (fold.rb + BM - 1) / B);
     t0 = fold.pmax * TN;
+    // m-tile 0 (rows rb..rb+15, of earlier blocks) reads only zeros before this u
+    fold_mt0_from = TN * (fold.pmax - (int)min((long long)nblk - 1, (fold.rb + 15) / B));
   } else {
     b0 = (long long)blockIdx.z * BM;
     t0 = (gridDim.y - 1 - blockIdx.y) * TN;
@@ -974,7 +977,9 @@ timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, l
     if (ch + 1 < nchunks) fetch(u0 + KU);  // in flight while this chunk is multiplied
     if (u0 <= u_last) {  // warp-uniform: else only zero taps left for this slice (or all its t >= T)
       const TP* tpw = tp[buf] + role * 64 - 24 + grp - tig + KU - 1;  // fragment m at tpw[8 m]
-      if (!TRI || u0 < ts)
+      if (FOLD && u0 < fold_mt0_from)
+        tf32x3f_chunk<-1, SPLIT, 1>(acc, tpw, ahi[buf], alo[buf], lane);
+      else if (!TRI || u0 < ts)
         tf32x3f_chunk<-1, SPLIT>(acc, tpw, ahi[buf], alo[buf], lane);
       else if (u0 == ts)
         tf32x3f_chunk<0, SPLIT>(acc, tpw, ahi[buf], alo[buf], lane);

@@ -121,6 +121,19 @@ def test_tf32x3_fragment_maps_emulated(shape):
         assert rel_err(kern(w, k, 0.0, True), rgk) < 1e-13
 
 
+def test_tf32x3_folded_rows_emulated():
+    """tf32x3's folded rows where m-tile 0's rows start blocks before the tile's last (its zero chunks skipped),
+    both directions. (A last tile with m-tile 1 empty: the GPU test's 3 x 8200.)"""
+    import timex_emulate as emu
+
+    r = rng()
+    B, C, T = shape = (2, 1, 2600)
+    w, k = r.standard_normal((C, T)), r.standard_normal(shape)
+    _, rgk = tx.reference_backward(w, np.zeros_like(k), k)
+    assert rel_err(emu.tf32x3f(w, k, 0.25, False, TRI=True, FOLD=True), tx.reference(w, k, 0.25)) < 1e-13
+    assert rel_err(emu.tf32x3f(w, k, 0.0, True, TRI=True, FOLD=True), rgk) < 1e-13
+
+
 @pytest.mark.parametrize("shape", [(3, 1, 37), (33, 1, 300), (2, 1, 64), (1, 2, 1), (35, 1, 136), (2, 1, 520)])
 def test_mma16_fragment_maps_emulated(shape):
     """timex_mma16, both directions, scalar and (T % 8 == 0) 16-byte loads: the [b][u] tile and ldmatrix rows,

@@ -195,9 +195,10 @@ def _folded_grid(k, eps, REV, chunk):
             pmax = min(nblk - 1, (rb + 31) // B)
             at = lambda lr: (None if rb + lr >= rows else
                              ((rb + lr) % B, 256 * (pmax - (rb + lr) // B)))
+            mt0_from = 256 * (pmax - min(nblk - 1, (rb + 15) // B))  # m-tile 0 skipped before this u
             acc = np.zeros((4, 32, 2, 8, 4))
             for ch in range(pmax * 8 + 8):
-                chunk(c, pmax * 256, at, ch * 32, acc)
+                chunk(c, pmax * 256, at, ch * 32, acc, mt0_from)
             _store(out, acc, at, pmax * 256, c, eps, REV)
     return out
 
@@ -211,7 +212,7 @@ def tf32x3f(w, k, eps, REV, TRI=False, FOLD=False):
     NTAP = TN + KU
     tap = lambda c, d: w[c, T - 1 - d] if 0 <= d < T else 0.0
 
-    def chunk(c, t0, rows, u0, acc):
+    def chunk(c, t0, rows, u0, acc, mt0_from=0):
         a = np.full(KU * BM, np.nan)  # staged words as the kernel's threads write them
         for x in range(128):
             sl, se = x >> 2, x & 3
@@ -235,7 +236,7 @@ def tf32x3f(w, k, eps, REV, TRI=False, FOLD=False):
             bfr = np.array([[tp[role * 64 + 8 * (m - 3) + (l >> 2) - (l & 3) + KU - 1] if m >= m0 else (np.nan,) * 2
                              for m in range(11)] for l in range(32)])
             for s in range(KU // 8):
-                for mt in range(2):
+                for mt in range(1 if u0 < mt0_from else 0, 2):
                     afr = np.array([a[((s * 2 + mt) * 32 + l) * 4:][:4] for l in range(32)])
                     for j in range(0 if D < 0 else 4 * D + s, 8):
                         _mma(acc[role, :, mt, j], afr, bfr[:, j - s + 3])
