@@ -149,6 +149,7 @@ PAD_HD PadRow pad_decode_row(const PadParams& p, long long row) {
 PAD_HD int pad_clamp0(int a) { return a < 0 ? 0 : a; }
 
 PAD_HD int pad_pmod32(int a, int m) {  // m > 0; result in [0, m)
+  if (a >= -m && a - m < m) return a < 0 ? a + m : a >= m ? a - m : a;  // within a period of [0, m): no division
   const int r = a % m;
   return r < 0 ? r + m : r;
 }
