@@ -53,7 +53,7 @@ struct alignas(8) PadRaw16 {
 struct PadParams {
   long long rows, wtot;          // output rows and elements per row (= lout * blk)
   long long tiles, tpr;          // units in all and per row (pad_rows, pad_periodic)
-  int tile_chunks, unroll;       // 16-byte chunks per unit (0: pad_flat); unroll: read by no kernel (see PAD_FORWARD_ARGS)
+  int tile_chunks, group;        // 16-byte chunks per unit (0: pad_flat); pad_rows: lanes a unit (power of 2)
   int nd, fold;                  // outer axes; FOLD_* for PAD_PERIODIC
   long long out[PAD_MAXD], n[PAD_MAXD], before[PAD_MAXD], stride[PAD_MAXD];  // outer axes
   long long lout, ln, lbefore, lstride, blk;  // last axis (stride in elements of x) and inner block
@@ -146,7 +146,10 @@ PAD_HD PadRow pad_decode_row(const PadParams& p, long long row) {
   return r;
 }
 
+PAD_HD int pad_clamp0(int a) { return a < 0 ? 0 : a; }
+
 PAD_HD int pad_pmod32(int a, int m) {  // m > 0; result in [0, m)
+  if (a >= -m && a - m < m) return a < 0 ? a + m : a >= m ? a - m : a;  // within a period of [0, m): no division
   const int r = a % m;
   return r < 0 ? r + m : r;
 }
@@ -199,31 +202,6 @@ PAD_HD void pad_store_words(void* dst, const PadWords& v) { memcpy(dst, &v, 16);
 PAD_HD PadWords pad_load_words(const void* a) { return *reinterpret_cast<const PadWords*>(a); }
 PAD_HD void pad_store_words(void* dst, const PadWords& v) { *reinterpret_cast<PadWords*>(dst) = v; }
 #endif
-
-// pad_rows' cheap chunks (phase 1 of pad_rows_unit): 1 for a chunk stored here, a fill (wholly in a constant pad,
-// or wholly interior in a constant row); 2 for one wholly interior that is one 16-byte load (out; x aligned alike);
-// 0 for the others (nothing done).
-template <int MODE, typename T>
-PAD_HD int pad_fast_chunk(const PadParams& p, const PadRow& r, const T* x, T* dst, int col0, PadWords& out) {
-  constexpr int V = 16 / sizeof(T);
-  if (MODE == PAD_BRICK) return 0;
-  const int blk = (int)p.blk, wtot = (int)p.wtot;
-  const int lo = (int)p.lbefore * blk, hi = lo + (int)p.ln * blk;
-  if (MODE == PAD_CONSTANT && col0 >= 0 && col0 + V <= wtot && (col0 + V <= lo || col0 >= hi)) {
-    pad_store_words(dst, pad_splat<T>(col0 + V <= lo ? (T)p.cval[2 * PAD_MAXD] : (T)p.cval[2 * PAD_MAXD + 1]));
-    return 1;
-  }
-  if (col0 < lo || col0 + V > hi) return 0;
-  if (MODE == PAD_CONSTANT && r.cidx >= 0) {
-    pad_store_words(dst, pad_splat<T>((T)r.cv));
-    return 1;
-  }
-  if (!p.contig) return 0;
-  const T* s = x + r.src + (col0 - lo);
-  if ((reinterpret_cast<unsigned long long>(s) & 15) != 0) return 0;
-  out = pad_load_words(s);
-  return 2;
-}
 
 // The 16 bytes of output starting at column col0 of a row, element by element through the index map (one modulo
 // a chunk). col0 may be negative for a row that starts mid-chunk; columns outside [0, wtot) are left unset.
@@ -631,51 +609,73 @@ __global__ void __launch_bounds__(256, sizeof(Tin) == 8 ? 2 : 3) pad_gather2(con
 }
 #endif
 
-// ---- Rows of >= 32 chunks, a warp per unit (pad_rows, the default): unit t is segment t % tpr of
-// row t / tpr, `tile_chunks` chunks long. Every lane decodes the row itself (same values on all
-// lanes: no shared memory, no barrier), then walks the unit PadBatch chunks a lane per step: phase 1
-// (unrolled) issues the 16-byte loads of interior chunks, so a warp keeps up to 32 * PadBatch * 16 bytes
-// in flight, and stores constant fills at once; phase 2 computes and stores the other chunks one at a
-// time while those loads fly (the element path unrolled over the batch cost registers and code); then
-// the loaded chunks are stored.
-// Batch: 4 for 4- to 16-byte types (as before the phases); 6 for 1- and 2-byte types, so a 1152-element
-// row (1024 + 2 * 64: 72 uint8 / 144 uint16 chunks) is one step (not swept; 8 spilled, sm_90).
-template <typename T> struct PadBatch { static constexpr int value = sizeof(T) >= 4 ? 4 : 6; };
+// ---- Rows of >= 32 chunks (pad_rows, the default): unit t is segment t % tpr of row t / tpr, `tile_chunks`
+// chunks long, taken by a group of p.group lanes: a warp, or 8 lanes for short rows (ops/pad.py), so that a warp's
+// row decode and per-step work cover 4 rows. Every lane decodes its row itself (no shared memory, no barrier),
+// then walks the unit PadBatch chunks a lane per step: phase 1 (unrolled, one compare a chunk) loads the wholly
+// interior chunks when x is aligned like y, so a warp keeps up to 32 * PadBatch * 16 bytes in flight, and stores
+// them; phase 2 then does the other chunks one at a time (constant fills, runs of x, element by element), with
+// the batch's registers free.
+// Batch: 4 for 4- to 16-byte types; 3 for 1- and 2-byte types: 48 registers (5 blocks an SM), and 3 steps of 8 lanes
+// for a 72-chunk uint8 row (1024 + 2 * 64); 6 took 64 registers and spilled with the per-row bounds (sm_90).
+template <typename T> struct PadBatch { static constexpr int value = sizeof(T) >= 4 ? 4 : 3; };
 
 template <int MODE, typename T>
-PAD_HD void pad_rows_unit(const PadParams& p, const T* x, T* y, long long t, int lane) {
-  constexpr int B = PadBatch<T>::value;
-  long long row, seg;
-  pad_divmod(t, p.tpr, row, seg);
+PAD_HD void pad_rows_unit(const PadParams& p, const T* x, T* y, long long t, int glane) {
+  constexpr int B = PadBatch<T>::value, V = 16 / (int)sizeof(T);
+  long long row = t, seg = 0;
+  if (p.tpr != 1) pad_divmod(t, p.tpr, row, seg);
   const PadRow r = pad_decode_row<MODE>(p, row);
   const long long E = row * p.wtot;
-  const int w32 = (int)p.wtot, S = p.tile_chunks;
-  for (int j0 = lane; j0 < S; j0 += 32 * B) {
+  T* const yr = y + E;            // column c at yr + c
+  const T* const xr = x + r.src;  // interior column c (contig) at xr + (c - lo)
+  const int w32 = (int)p.wtot, S = p.tile_chunks, G = p.group, blk = (int)p.blk;
+  const int lo = (int)p.lbefore * blk, span = (int)p.ln * blk;  // the interior: columns [lo, lo + span)
+  const int c0 = (int)seg * S * V - (int)(E & (V - 1));         // column of the unit's chunk 0 (16-byte aligned in y)
+  // A chunk by k = c - lo, its first column less lo; ranges of k [a, a + n) are tested as (unsigned)(k - a) < n. In
+  // the unit: k < kend. Loaded (phase 1): wholly interior (0 <= k <= span - V) in a row whose interior is contiguous
+  // in x and aligned like y (its chunks are V elements apart: aligned alike). Constant fills (phase 2): wholly in
+  // the row (0 <= c, c + V <= wtot) and wholly before (k <= -V) or after (k >= span) the interior, and a constant
+  // row's wholly interior chunks. The others are built in phase 2 (runs of x, or element by element).
+  const int kend = (c0 + S * V < w32 ? c0 + S * V : w32) - lo;
+  const int inner = pad_clamp0(span - V + 1 < kend ? span - V + 1 : kend);
+  const bool crow = MODE == PAD_CONSTANT && r.cidx >= 0;
+  const bool load = MODE != PAD_BRICK && !crow && p.contig &&
+                    (((unsigned)reinterpret_cast<unsigned long long>(xr) + (unsigned)(c0 - lo) * sizeof(T)) & 15) == 0;
+  const unsigned n_load = load ? inner : 0;
+  const int kstep = G * V;  // k from one of a lane's chunks to its next
+  for (int jb = glane; jb < S; jb += G * B) {
+    const int kb = c0 - lo + jb * V;  // k of the lane's chunk u = 0 (chunk jb)
+    const char* const xb = reinterpret_cast<const char*>(xr + kb);  // chunk u's source: xb + 16 G u (when loaded)
+    char* const yb = reinterpret_cast<char*>(yr + lo + kb);          // chunk u: yb + 16 G u
     PadWords v[B];
-    unsigned done = 0, rest = 0;  // bit u: chunk j0 + 32 u loaded in phase 1; left to phase 2
+    unsigned rest = 0;  // bit u: chunk u left to phase 2
 #pragma unroll
     for (int u = 0; u < B; ++u) {
-      const int j = j0 + 32 * u, col = pad_chunk_col<T>(E, (int)seg, S, j);
-      if (j >= S || col >= w32) continue;
-      const int how = pad_fast_chunk<MODE, T>(p, r, x, y + E + col, col, v[u]);
-      if (how == 2) done |= 1u << u;
-      else if (how == 0) rest |= 1u << u;
-    }
-    for (; rest; rest &= rest - 1) {  // (lanes take their own chunks: one pass per chunk of the busiest lane)
-      const int col = pad_chunk_col<T>(E, (int)seg, S, j0 + 32 * pad_lowest_bit(rest));
-      if (pad_run_chunk<MODE, T>(p, r, x, y + E + col, col)) continue;
-      PadPack<T> c;
-      if constexpr (sizeof(T) <= 2) {
-        pad_load_chunk<MODE, T, true>(p, r, x, col, c, y + E);
-      } else {
-        pad_load_chunk<MODE, T>(p, r, x, col, c);
-        pad_store_chunk<T>(y, E, col, w32, c);
-      }
+      const int k = kb + kstep * u;
+      if ((unsigned)k < n_load) v[u] = pad_load_words(xb + 16u * G * u);
+      rest |= (unsigned)(k < kend && (unsigned)k >= n_load) << u;
     }
 #pragma unroll
-    for (int u = 0; u < B; ++u)  // whole chunks, inside the row
-      if (done >> u & 1)
-        pad_store_words(y + E + pad_chunk_col<T>(E, (int)seg, S, j0 + 32 * u), v[u]);
+    for (int u = 0; u < B; ++u)
+      if ((unsigned)(kb + kstep * u) < n_load) pad_store_words(yb + 16u * G * u, v[u]);
+    for (; rest; rest &= rest - 1) {  // (lanes take their own chunks: one pass per chunk of the busiest lane)
+      const int u = pad_lowest_bit(rest), k = kb + kstep * u, c = k + lo;
+      if (MODE == PAD_CONSTANT && (unsigned)c <= (unsigned)(w32 - V) &&
+          (k <= -V || k >= span || (crow && k >= 0 && k <= span - V))) {
+        const T fill = k < 0 ? (T)p.cval[2 * PAD_MAXD] : k >= span ? (T)p.cval[2 * PAD_MAXD + 1] : (T)r.cv;
+        pad_store_words(yb + 16u * G * u, pad_splat<T>(fill));
+        continue;
+      }
+      if (pad_run_chunk<MODE, T>(p, r, x, yr + c, c)) continue;
+      PadPack<T> e;
+      if constexpr (sizeof(T) <= 2) {
+        pad_load_chunk<MODE, T, true>(p, r, x, c, e, yr);
+      } else {
+        pad_load_chunk<MODE, T>(p, r, x, c, e);
+        pad_store_chunk<T>(y, E, c, w32, e);
+      }
+    }
   }
 }
 
@@ -1421,14 +1421,13 @@ PAD_HD long long pad_line_offset(const PadLines& L, long long line) {
 }
 
 #ifndef PAD_HOST
-// Every forward kernel takes the same arguments (ops/pad.py Geometry.args) and rebuilds PadParams. `unroll` is
-// read by none of them (the retired block-tile paths used it); dropping it would move the later parameters and
-// with them the kernels' code, measured as it is.
+// Every forward kernel takes the same arguments (ops/pad.py Geometry.args) and rebuilds PadParams. `group` is read
+// by pad_rows only.
 #define PAD_AXIS_ARGS(i) long long o##i, long long n##i, long long b##i, long long s##i
 #define PAD_AXIS_SET(i) p.out[i] = o##i; p.n[i] = n##i; p.before[i] = b##i; p.stride[i] = s##i;
 #define PAD_FORWARD_ARGS                                                                               \
   const T* __restrict__ x, T* __restrict__ y, long long rows, long long wtot, long long tiles,         \
-      long long tpr, int tile_chunks, int unroll, int nd, int fold, PAD_AXIS_ARGS(0), PAD_AXIS_ARGS(1), \
+      long long tpr, int tile_chunks, int group, int nd, int fold, PAD_AXIS_ARGS(0), PAD_AXIS_ARGS(1),  \
       PAD_AXIS_ARGS(2), PAD_AXIS_ARGS(3), PAD_AXIS_ARGS(4), PAD_AXIS_ARGS(5), long long lout,          \
       long long ln, long long lbefore, long long lstride, long long blk, long long stagger, int contig, \
       unsigned long long c0, unsigned long long c1, unsigned long long c2, unsigned long long c3,       \
@@ -1438,7 +1437,7 @@ PAD_HD long long pad_line_offset(const PadLines& L, long long line) {
 #define PAD_FORWARD_PARAMS(p)                                                                          \
   PadParams p;                                                                                         \
   p.rows = rows; p.wtot = wtot; p.tiles = tiles; p.tpr = tpr; p.tile_chunks = tile_chunks;            \
-  p.unroll = unroll; p.nd = nd; p.fold = fold;                                                         \
+  p.group = group; p.nd = nd; p.fold = fold;                                                           \
   PAD_AXIS_SET(0) PAD_AXIS_SET(1) PAD_AXIS_SET(2) PAD_AXIS_SET(3) PAD_AXIS_SET(4) PAD_AXIS_SET(5)      \
   p.lout = lout; p.ln = ln; p.lbefore = lbefore; p.lstride = lstride; p.blk = blk;                     \
   p.stagger = stagger; p.contig = contig;                                                              \
@@ -1460,13 +1459,15 @@ __global__ void __launch_bounds__(256, sizeof(T) >= 4 ? 4 : 3) pad_flat(PAD_FORW
 }
 
 // Rows of >= 32 chunks that are not periodic (pad_rows_unit above). Launch: 256-thread blocks, a grid of waves
-// from the occupancy calculator, grid-stride over tiles = rows * tpr units of one warp; wtot < 2^31 - 64.
+// from the occupancy calculator, grid-stride over tiles = rows * tpr units of `group` lanes (a power of two
+// <= 32); wtot < 2^31 - 64.
 template <int MODE, typename T>
 __global__ void __launch_bounds__(256, 4) pad_rows(PAD_FORWARD_ARGS) {
   PAD_FORWARD_PARAMS(p)
-  const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
-  for (long long t = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; t < tiles; t += warps)
-    pad_rows_unit<MODE, T>(p, x, y, t, threadIdx.x & 31);
+  const int gs = __ffs(group) - 1;
+  const long long units = ((long long)gridDim.x * blockDim.x) >> gs;
+  for (long long t = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> gs; t < tiles; t += units)
+    pad_rows_unit<MODE, T>(p, x, y, t, threadIdx.x & (group - 1));
 }
 
 // Brick and short-period wrap rows, blk == 1 (pad_periodic_* above). Launch: blockDim a multiple of the row's

@@ -28,9 +28,9 @@ static std::string g_path;  // the kernel to emulate
 
 template <int MODE, typename T>
 static void forward(PadParams& p, int threads, const T* x, T* y) {
-  if (g_path == "rows") {
-    for (long long t = 0; t < p.tiles; ++t)
-      for (int lane = 0; lane < 32; ++lane) pad_rows_unit<MODE, T>(p, x, y, t, lane);
+  if (g_path == "rows") {  // (last unit first: a unit that wrote past its row's end would show in the next)
+    for (long long t = p.tiles - 1; t >= 0; --t)
+      for (int lane = 0; lane < p.group; ++lane) pad_rows_unit<MODE, T>(p, x, y, t, lane);
     return;
   }
   if (g_path == "periodic") {
@@ -70,6 +70,8 @@ static int run_forward(int kmode, int threads, long long xshift, long long xoffs
     case 2: forward<2, T>(p, threads, x, y); break;
     default: forward<3, T>(p, threads, x, y); break;
   }
+  for (size_t i = total * sizeof(T); i < total * sizeof(T) + 16; ++i)  // nothing written past the output
+    if (reinterpret_cast<unsigned char*>(y)[i] != 0xA5) return 4;
   fwrite(y, sizeof(T), total, stdout);
   return 0;
 }
@@ -129,7 +131,7 @@ int main() {
   const long long xshift = rd(), xoffset = rd(), xcount = rd();
   PadParams p;
   p.rows = rd(); p.wtot = rd(); p.tiles = rd(); p.tpr = rd();
-  p.tile_chunks = (int)rd(); p.unroll = (int)rd(); p.nd = (int)rd(); p.fold = (int)rd();
+  p.tile_chunks = (int)rd(); p.group = (int)rd(); p.nd = (int)rd(); p.fold = (int)rd();
   for (int d = 0; d < PAD_MAXD; ++d) { p.out[d] = rd(); p.n[d] = rd(); p.before[d] = rd(); p.stride[d] = rd(); }
   p.lout = rd(); p.ln = rd(); p.lbefore = rd(); p.lstride = rd(); p.blk = rd(); p.stagger = rd();
   p.contig = (int)rd();

@@ -264,7 +264,9 @@ def test_units_cover_each_row():
                 continue
             assert geo.tpr * geo.chunks >= cpr > (geo.tpr - 1) * geo.chunks
             if geo.path == "rows":
-                assert geo.chunks % 32 == 0 and geo.chunks <= P.TUNING.row_unit_chunks and geo.threads == P.THREADS
+                assert geo.group in (P.TUNING.row_group_lanes, 32) and geo.chunks % geo.group == 0
+                assert geo.chunks <= P.TUNING.row_unit_chunks and geo.threads == P.THREADS
+                assert geo.group == 32 or (geo.tpr == 1 and cpr <= P.TUNING.row_group_chunks)
             else:
                 assert rung == "default" and geo.chunks % geo.threads == 0 and geo.threads <= 256
 
@@ -417,6 +419,41 @@ def test_small_type_rows_on_host_match_numpy():
             dtype, shape, x.strides, pads, mode, cv, off, p)
         rows += p.path == "rows"
     assert rows > 100
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a host C++ compiler")
+def test_grouped_rows_on_host_match_numpy():
+    """pad_rows with several rows a warp (units of TUNING.row_group_lanes lanes) and with whole warps: odd widths, rows
+    not a whole number of chunks, narrow pads, strided and channels-last sources, row counts that leave a warp's last
+    groups idle, constant pads that differ per axis and side."""
+    from cupy_kernels._runtime.tuning import tuned
+
+    exe = harness()
+    g = rng()
+    grouped = 0
+    cases = [((3, 5, 77), ((0, 0), (1, 2), (3, 3))), ((2, 3, 40, 1000), ((0, 0), (0, 0), (1, 1), (64, 64))),
+             ((7, 1021), ((1, 0), (3, 5))), ((3, 37, 333), ((0, 0), (2, 1), (9, 2))), ((5, 61, 3), ((0, 0), (4, 4), (0, 0))),
+             ((2, 9, 100, 3), ((0, 0), (1, 1), (5, 7), (0, 0))), ((4, 500), ((0, 0), (16, 32)))]
+    for lanes in (P.TUNING.row_group_lanes, 4, 16, 32):
+        with tuned(P, row_group_lanes=lanes, row_group_chunks=10**6 if lanes != 32 else 96):
+            for shape, pw in cases:
+                for dtype in ("uint8", "float16", "float32", "float64"):
+                    for mode in ("constant", "edge", "reflect", "symmetric", "wrap"):
+                        if mode in ("reflect", "symmetric", "wrap") and min(n for n, (b, a) in zip(shape, pw) if b + a) < 2:
+                            continue
+                        base, x = random_view(g, shape, dtype)
+                        cv = [(int(g.integers(0, 9)), int(g.integers(0, 9))) for _ in shape] if mode == "constant" else 0
+                        spec = P.normalize(shape, x.dtype, pw, mode, cv if mode == "constant" else P.UNSET)
+                        size = x.dtype.itemsize
+                        try:
+                            got, p = harness_forward(exe, base, x, spec, xshift=int(g.integers(0, 16 // size)) * size,
+                                                     rung="rows")
+                        except P._TooManyAxes:
+                            continue
+                        ref = numpy_pad(np.ascontiguousarray(x), pw, mode, cv, 0)
+                        assert same_bits(got, ref), (shape, x.strides, pw, mode, cv, dtype, p)
+                        grouped += p.path == "rows" and p.group == lanes
+    assert grouped > 300
 
 
 def check_on_host(exe, base, x, pads, mode, stagger, rung="default", xshift=0):

@@ -87,6 +87,11 @@ class Tuning:
     rows_waves: int = 16
     # A pad_rows unit: at most this many 16-byte chunks of one row; longer rows are cut into segments. (Not swept.)
     row_unit_chunks: int = 1024
+    # Rows of one unit and at most this many chunks share a warp, 32 / row_group_lanes rows: a warp's row decode and
+    # per-step work cover more bytes. (Not measured.)
+    row_group_chunks: int = 96
+    # Lanes a row of those (a power of two): 8 take a 72-chunk row (uint8 1024 + 2 * 64) in 9 chunks each. (Not swept.)
+    row_group_lanes: int = 8
     # pad_periodic's grid: brick 48x32 -> 4144x8224 float32 with thread 0 decoding the block's next row: 36.8 us
     # at 1 wave, 35.8 at 2-4 waves (H200, f8637c0).
     periodic_waves: int = 4
@@ -496,6 +501,7 @@ class Geometry:
     threads: int = THREADS
     tpr: int = 0        # units per row (rows, periodic)
     chunks: int = 0     # 16-byte chunks per unit (0: flat)
+    group: int = 32     # lanes a unit (rows)
     path: str = "flat"  # one of PATHS
 
     @property
@@ -506,7 +512,7 @@ class Geometry:
         """Kernel arguments after (x, y), in the forward kernels' order (PAD_FORWARD_ARGS)."""
         outer = list(self.outer) + [(1, 1, 0, 0)] * (MAXD - len(self.outer))
         a = [np.int64(self.rows), np.int64(self.wtot), np.int64(self.tiles), np.int64(self.tpr),
-             np.int32(self.chunks), np.int32(0), np.int32(len(self.outer)), np.int32(self.fold)]
+             np.int32(self.chunks), np.int32(self.group), np.int32(len(self.outer)), np.int32(self.fold)]
         for ax in outer:
             a += [np.int64(v) for v in ax]
         a += [np.int64(v) for v in self.last] + [np.int64(self.blk), np.int64(self.stagger),
@@ -580,7 +586,7 @@ def _periodic_threads(g: Geometry, itemsize):
 def choose_path(g: Geometry, itemsize, rung="default"):
     """Set g's path and unit geometry for a rung of the ladder ("default": the fastest path that applies)."""
     cpr = _chunks_per_row(g, itemsize)
-    g.path, g.tpr, g.chunks, g.threads = "flat", 0, 0, THREADS
+    g.path, g.tpr, g.chunks, g.threads, g.group = "flat", 0, 0, THREADS, 32
     if cpr < TUNING.narrow_chunks or rung == "flat":
         return g
     periodic_threads = _periodic_threads(g, itemsize) if rung == "default" else 0
@@ -593,7 +599,9 @@ def choose_path(g: Geometry, itemsize, rung="default"):
     else:
         g.path = "rows"
         g.tpr = ceil_div(cpr, TUNING.row_unit_chunks)
-        g.chunks = ceil_div(ceil_div(cpr, g.tpr), 32) * 32
+        if g.tpr == 1 and cpr <= TUNING.row_group_chunks:
+            g.group = TUNING.row_group_lanes
+        g.chunks = ceil_div(ceil_div(cpr, g.tpr), g.group) * g.group
     return g
 
 
@@ -608,7 +616,7 @@ def _launch(b: PlanBuilder, x, y, g: Geometry, itemsize):
                    current().resident_blocks(THREADS) * TUNING.flat_waves)
     elif g.path == "rows":
         kernel = SOURCE.kernel(rows_name(g.kmode, itemsize))
-        grid = min(ceil_div(g.tiles, g.threads // 32), resident_blocks(kernel, g.threads) * TUNING.rows_waves)
+        grid = min(ceil_div(g.tiles, g.threads // g.group), resident_blocks(kernel, g.threads) * TUNING.rows_waves)
     else:
         kernel = SOURCE.kernel(periodic_name(itemsize))
         grid = min(g.tiles, resident_blocks(kernel, g.threads) * TUNING.periodic_waves)
