@@ -80,7 +80,7 @@ class Tuning:
     # so small B fills the tile, and the MMAs' sums are flushed every 256 u, so the error stays T = 256's).
     tf32x3_max_t: int = 1024
     # 'auto' takes the folded kernel where its MMA work (a block runs all its rows to its latest time block) is at
-    # most this many times the useful work (fold_waste). C=768 forward, ms folded / tiled (H200, 17b27bd + fold):
+    # most this many times the useful work (fold_waste). C=768 forward, ms folded / tiled (H200, f2ac743):
     # B=3 T=2048 (2.37x) 0.335 / 0.464, B=5 T=2048 (2.67x) 0.616 / 0.695, B=2 T=2048 (3.56x) 0.337 / 0.241,
     # B=1 T=4096 (3.76x) 0.663 / 0.792 (the one miss), B=1 T=8192 (1.94x) 1.32 / 2.88, B=3 T=8192 (1.31x) 2.57 / 5.74.
     tf32x3_fold_max_waste: float = 3.0
