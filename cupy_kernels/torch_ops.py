@@ -625,8 +625,16 @@ class _Pad(_Function):
 
 
 # numpy's other modes validate with NumPy (linear_ramp's compute dtype comes from numpy.linspace): outside the traced
-# graph, which would trace NumPy as tensors.
-_numpy_spec = torch.compiler.disable(_pad.spec_for)
+# graph, which would trace NumPy as tensors. The disabled wrapper is made at the first traced call, not at import:
+# torch.compiler.disable imports torch._dynamo, 2-4 s that every `import cupy_kernels` paid.
+_numpy_spec_disabled = None
+
+
+def _numpy_spec(*args):
+    global _numpy_spec_disabled
+    if _numpy_spec_disabled is None:
+        _numpy_spec_disabled = torch.compiler.disable(_pad.spec_for)
+    return _numpy_spec_disabled(*args)
 
 
 def pad_spec(x, pad_width, mode, constant_values, stagger, options=None):

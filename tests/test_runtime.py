@@ -1,7 +1,9 @@
 """The shared runtime on the CPU: launch parameter blocks, plan caches and tuning overrides, the per-instance kernel
-cache (compiled by NVRTC, no GPU needed), alignment, and the kind checks."""
+cache (compiled by NVRTC, no GPU needed), alignment, the kind checks, and what an import loads."""
 import ctypes
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -202,3 +204,15 @@ def test_kind_checks_name_the_argument():
     if torch is not None:
         with pytest.raises(TypeError, match="op: y must be a CUDA tensor"):
             kind_of(torch.ones(3), "op", "y")
+
+
+def test_import_leaves_torch_compile_unloaded():
+    """`import cupy_kernels` beside torch loads the torch bridge but not torch._dynamo (2-4 s of import time): the
+    bridge's torch.compile pieces are made at the first traced call."""
+    if torch is None:
+        pytest.skip("needs torch")
+    code = ("import sys, torch, cupy_kernels, cupy_kernels.torch_ops\n"
+            "print(sorted(m for m in sys.modules if m.startswith('torch._dynamo'))[:3])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout
