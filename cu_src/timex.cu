@@ -840,11 +840,12 @@ __device__ __forceinline__ void tf32x3f_chunk(float (&acc)[2][8][4], const typen
 }
 
 // E last (default float): float32's instance names are those of the float32-only kernel.
-// FOLD (float32 at long T; ops/timex.py TUNING.tf32x3_fold_min_t): the rows are FoldedRows, the (time block, b)
-// pairs p-major, so a small batch still fills the 32-row tile; every chunk a row reads before its own first time
-// (u < 0) is a zero, and m-tile 0's MMAs are skipped while all its rows read zeros. The MMAs accumulate in chunks of FOLD_CHUNKS u, each added with FADDs to a total in dynamic
-// shared memory (32 KB): the tensor cores' float32 sums lose precision with the accumulation length (relative
-// error 5e-6 at T = 1024, 4e-5 at 8192, linear in T: H200, 17b27bd), the flushed sums stay at T = 256's.
+// FOLD (float32 beyond ops/timex.py TUNING.tf32x3_max_t): the rows are FoldedRows, the (time block, b) pairs
+// p-major, so a small batch still fills the 32-row tile; every chunk a row reads before its own first time (u < 0)
+// is a zero, and m-tile 0's MMAs are skipped while all its rows read zeros. The MMA sums of FOLD_CHUNKS chunks are
+// added with FADDs to totals in dynamic shared memory (32 KB): the tensor cores' float32 sums lose precision with
+// the accumulation length (relative error 5e-6 at T = 1024, 4e-5 at 8192, linear in T: H200, 17b27bd), the
+// flushed sums stay at T = 256's (1.8e-6 at T = 2048-16384).
 // Launch: grid (C, ceil(T/256), ceil(B/32)), block 128; FOLD: grid (C, 1, ceil(B ceil(T/256) / 32)), 32768 bytes
 // of dynamic shared memory; any B, C, T >= 1 (grid y, z <= 65535).
 constexpr int FOLD_CHUNKS = 8;  // 256 u
