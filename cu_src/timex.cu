@@ -598,6 +598,16 @@ __device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// A warp's 32 x 64 MMA accumulators (2 m-tiles x 8 n-tiles of m16n8) set to zero.
+__device__ __forceinline__ void zero_tiles(float (&acc)[2][8][4]) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
+}
+
 // Which (b, time) a Toeplitz block's row holds. BatchRows: row lr is b0 + lr at the block's times.
 struct BatchRows {
   long long b0;
@@ -678,12 +688,7 @@ timex_tf32x3(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lo
   const E* wrow = w + (long long)c * ldw;
 
   float acc[2][8][4];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
+  zero_tiles(acc);
 
   float pk[NK], pt[NTP];
   auto fetch = [&](int u0) {
@@ -906,14 +911,7 @@ timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, l
   const E* kr1 = k + (long long)c * sc + (ok1 ? br1 : 0) * sb;
 
   float acc[2][8][4];
-  auto zero = [&]() {
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
-  };
+  zero_tiles(acc);
   // FOLD: acc into the thread's totals (first: stored), acc zeroed
   auto flush = [&](bool first) {
 #pragma unroll
@@ -923,9 +921,8 @@ timex_tf32x3f(const E* __restrict__ w, long long ldw, const E* __restrict__ k, l
       s = first ? make_float4(a[0], a[1], a[2], a[3])
                 : make_float4(s.x + a[0], s.y + a[1], s.z + a[2], s.w + a[3]);
     }
-    zero();
+    zero_tiles(acc);
   };
-  zero();
 
   float pk[NK], pt[NTP][2];
   auto tap = [&](int d) { return (d >= 0 && d < T) ? cast<float>(wrow[T - 1 - d]) : 0.f; };
@@ -1107,12 +1104,7 @@ timex_mma16(const E* __restrict__ w, long long ldw, const E* __restrict__ k, lon
   }
 
   float acc[2][8][4];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.f;
+  zero_tiles(acc);
 
   uint4 pk[NP];
   uint2 pt;  // the tap pair this thread adds to the ring for the next chunk
@@ -1472,12 +1464,7 @@ timex_grad_w_mma16(const E* __restrict__ k, long long ksb, long long ksc, const 
   const int sr = threadIdx.x >> 2, sq = threadIdx.x & 3;  // this thread's staged row, quarter of it
 
   float acc[2][8][4];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+  zero_tiles(acc);
 
   int rb = sr / np, rp = sr % np;  // (b, p) of the thread's row in the current chunk
   uint4 pa[2], pg[4];

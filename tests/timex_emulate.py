@@ -21,44 +21,40 @@ def tiled(w, k, eps, RB, RT, WB, REV, KU=32):
     KS = BM + (4 if BM % 4 == 0 else 2)
     NTAP = TN + KU
     out = np.full((B, C, T), np.nan)
-    gy, gz = -(-T // TN), -(-B // BM)
-    for c in range(C):
-        for by in range(gy):
-            for bz in range(gz):
-                t0, b0 = (gy - 1 - by) * TN, bz * BM
-                nch = (min(t0 + TN, T) + KU - 1) // KU
-                acc = np.zeros((THREADS, RB, RT))
-                for ch in range(nch):
-                    u0 = ch * KU
-                    ks = np.full(KU * KS, np.nan)
-                    for idx in range(KU * BM):
-                        b, u = b0 + idx // KU, u0 + idx % KU
-                        ks[(idx % KU) * KS + idx // KU] = k[b, c, T - 1 - u if REV else u] if (b < B and u < T) else 0
-                    tp = np.array([w[c, T - 1 - d] if 0 <= d < T else 0.0
-                                   for d in range(t0 - u0 - (KU - 1), t0 - u0 - (KU - 1) + NTAP)])
-                    for tid in range(THREADS):
-                        warp, lane = divmod(tid, 32)
-                        lane_b, lane_t = lane % WB, lane // WB
-                        lt = (warp * WT + lane_t) * RT
-                        warp_tmax = t0 + (warp + 1) * WT * RT - 1
-                        if not (u0 <= warp_tmax and warp_tmax - WT * RT < T - 1):
-                            continue
-                        for p in range(KU // 4):
-                            base = lt + KU - 4 - 4 * p
-                            assert base % 4 == 0 and base >= 0 and base + RT + 4 <= NTAP
-                            win = tp[base: base + RT + 4]
-                            for q in range(4):
-                                kv = ks[(4 * p + q) * KS + lane_b * RB:][:RB]
-                                acc[tid] += np.outer(kv, win[3 - q: 3 - q + RT])
-                for tid in range(THREADS):
-                    warp, lane = divmod(tid, 32)
-                    lane_b, lane_t = lane % WB, lane // WB
-                    lt = (warp * WT + lane_t) * RT
-                    for i in range(RB):
-                        for j in range(RT):
-                            b, t = b0 + lane_b * RB + i, t0 + lt + j
-                            if b < B and t < T:
-                                out[b, c, T - 1 - t if REV else t] = acc[tid, i, j] + eps
+    for c, t0, b0 in _toeplitz_blocks(B, C, T, BM, TN):
+        nch = (min(t0 + TN, T) + KU - 1) // KU
+        acc = np.zeros((THREADS, RB, RT))
+        for ch in range(nch):
+            u0 = ch * KU
+            ks = np.full(KU * KS, np.nan)
+            for idx in range(KU * BM):
+                b, u = b0 + idx // KU, u0 + idx % KU
+                ks[(idx % KU) * KS + idx // KU] = k[b, c, T - 1 - u if REV else u] if (b < B and u < T) else 0
+            tp = np.array([w[c, T - 1 - d] if 0 <= d < T else 0.0
+                           for d in range(t0 - u0 - (KU - 1), t0 - u0 - (KU - 1) + NTAP)])
+            for tid in range(THREADS):
+                warp, lane = divmod(tid, 32)
+                lane_b, lane_t = lane % WB, lane // WB
+                lt = (warp * WT + lane_t) * RT
+                warp_tmax = t0 + (warp + 1) * WT * RT - 1
+                if not (u0 <= warp_tmax and warp_tmax - WT * RT < T - 1):
+                    continue
+                for p in range(KU // 4):
+                    base = lt + KU - 4 - 4 * p
+                    assert base % 4 == 0 and base >= 0 and base + RT + 4 <= NTAP
+                    win = tp[base: base + RT + 4]
+                    for q in range(4):
+                        kv = ks[(4 * p + q) * KS + lane_b * RB:][:RB]
+                        acc[tid] += np.outer(kv, win[3 - q: 3 - q + RT])
+        for tid in range(THREADS):
+            warp, lane = divmod(tid, 32)
+            lane_b, lane_t = lane % WB, lane // WB
+            lt = (warp * WT + lane_t) * RT
+            for i in range(RB):
+                for j in range(RT):
+                    b, t = b0 + lane_b * RB + i, t0 + lt + j
+                    if b < B and t < T:
+                        out[b, c, T - 1 - t if REV else t] = acc[tid, i, j] + eps
     return out
 
 
@@ -127,20 +123,25 @@ def _mma(acc, a, b):
         acc[lane] = [Cm[g, 2 * t], Cm[g, 2 * t + 1], Cm[g + 8, 2 * t], Cm[g + 8, 2 * t + 1]]
 
 
-def _toeplitz_grid(k, eps, REV, chunk):
-    """Both Toeplitz kernels' grid (32 b x 256 t blocks, the last t tile first): per block, chunk(c, t0, b0,
-    u0, acc) adds each 32-wide u chunk into acc[slice][lane][mt][j][x]; then the epilogue stores it."""
-    B, C, T = k.shape
-    out = np.full((B, C, T), np.nan)
-    gy, gz = -(-T // 256), -(-B // 32)
+def _toeplitz_blocks(B, C, T, BM=32, TN=256):
+    """The Toeplitz kernels' grid (C, ceil(T/TN), ceil(B/BM)), the last t tile first: (c, t0, b0) a block."""
+    gy, gz = -(-T // TN), -(-B // BM)
     for c in range(C):
         for by in range(gy):
             for bz in range(gz):
-                t0, b0 = (gy - 1 - by) * 256, bz * 32
-                acc = np.zeros((4, 32, 2, 8, 4))
-                for ch in range((min(t0 + 256, T) + 31) // 32):
-                    chunk(c, t0, b0, ch * 32, acc)
-                _store(out, acc, _batch_rows(b0, B), t0, c, eps, REV)
+                yield c, (gy - 1 - by) * TN, bz * BM
+
+
+def _toeplitz_grid(k, eps, REV, chunk):
+    """Both TF32 Toeplitz kernels' grid: per block, chunk(c, t0, b0, u0, acc) adds each 32-wide u chunk into
+    acc[slice][lane][mt][j][x]; then the epilogue stores it."""
+    B, C, T = k.shape
+    out = np.full((B, C, T), np.nan)
+    for c, t0, b0 in _toeplitz_blocks(B, C, T):
+        acc = np.zeros((4, 32, 2, 8, 4))
+        for ch in range((min(t0 + 256, T) + 31) // 32):
+            chunk(c, t0, b0, ch * 32, acc)
+        _store(out, acc, _batch_rows(b0, B), t0, c, eps, REV)
     return out
 
 
@@ -325,29 +326,24 @@ def mma16(w, k, eps, REV, vec=False):
                     for j in range(2 * s if diag else 0, 8):
                         _mma16(acc[warp, :, mt, j], afr, bfr[j - 2 * s])
 
-    B_, C_, T_ = k.shape
-    out = np.full((B_, C_, T_), np.nan)
-    gy, gz = -(-T // TN), -(-B // BM)
-    for c in range(C):
-        for by in range(gy):
-            for bz in range(gz):
-                t0, b0 = (gy - 1 - by) * TN, bz * BM
-                acc = np.zeros((4, 32, 2, 8, 4))
-                ring = np.full((2 * RING, 2, 2), np.nan)
-                nchunks = (min(t0 + TN, T) + KU - 1) // KU
-                ring_stage(ring, c, t0, 0)
-                for x in range(128):  # the rest of the first window, both copies
-                    for i in range(KU + x, NQ, 128):
-                        d = t0 - QOFF + i
-                        ring[d & (RING - 1)] = ring[(d & (RING - 1)) + RING] = pair(c, d)
-                for ch in range(nchunks):
-                    if ch + 1 < nchunks:
-                        ring_stage(ring, c, t0, (ch + 1) * KU)
-                    chunk(c, t0, b0, ch * KU, acc, ring)
-                if T % 8 == 0:
-                    _store16(out, acc, b0, t0, c, eps, REV)
-                else:
-                    _store(out, acc, _batch_rows(b0, B), t0, c, eps, REV)
+    out = np.full((B, C, T), np.nan)
+    for c, t0, b0 in _toeplitz_blocks(B, C, T):  # (BM, TN: the TF32 kernels' block)
+        acc = np.zeros((4, 32, 2, 8, 4))
+        ring = np.full((2 * RING, 2, 2), np.nan)
+        nchunks = (min(t0 + TN, T) + KU - 1) // KU
+        ring_stage(ring, c, t0, 0)
+        for x in range(128):  # the rest of the first window, both copies
+            for i in range(KU + x, NQ, 128):
+                d = t0 - QOFF + i
+                ring[d & (RING - 1)] = ring[(d & (RING - 1)) + RING] = pair(c, d)
+        for ch in range(nchunks):
+            if ch + 1 < nchunks:
+                ring_stage(ring, c, t0, (ch + 1) * KU)
+            chunk(c, t0, b0, ch * KU, acc, ring)
+        if T % 8 == 0:
+            _store16(out, acc, b0, t0, c, eps, REV)
+        else:
+            _store(out, acc, _batch_rows(b0, B), t0, c, eps, REV)
     return out
 
 
